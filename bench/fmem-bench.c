@@ -1,0 +1,2 @@
+int bench_placeholder_fmem_bench;
+int main(void){return 0;}

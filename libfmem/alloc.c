@@ -1,0 +1,144 @@
+/* alloc.c - front end of the protocol on one node: pick the layer by size,
+ * hand out and check capability keys, and order a free so that the old key
+ * dies before the block can be handed to anyone else. */
+#include "fmem.h"
+#include "protocol.h"
+
+_Thread_local unsigned node_last_retries;
+
+/* log2 chunks: 0..4 chunk layer, 5..9 span layer, 10.. whole sections */
+static bool block_ok(const struct node *n, uint64_t chunk, unsigned log2c)
+{
+    if (log2c > 40)
+        return false;
+    uint64_t len = UINT64_C(1) << log2c;
+    return chunk < n->g.nchunks && len <= n->g.nchunks - chunk && (chunk & (len - 1)) == 0;
+}
+
+static unsigned layer_of(unsigned log2c)
+{
+    return log2c <= 4 ? LAYER_CHUNK : log2c <= 9 ? LAYER_SPAN : LAYER_SECTION;
+}
+
+int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
+{
+    unsigned fails = 0;
+    int rc;
+    if ((UINT64_C(1) << log2c) > n->g.nchunks)
+        rc = FMEM_ENOMEM;
+    else if (log2c <= 4)
+        rc = chunk_alloc(n, log2c, chunk, &fails);
+    else if (log2c <= 9)
+        rc = span_alloc(n, log2c - 5, chunk, &fails);
+    else
+        rc = multi_alloc(n, log2c - 9, chunk, &fails);
+    node_last_retries = fails;
+    if (rc)
+        return rc;
+    uint64_t cap;
+    if (tp_read(n->tp, cap_off(n, *chunk), &cap, 8) < 0)
+        return FMEM_EIO;
+    *rkey = cap_main(cap);
+    return 0;
+}
+
+/* Check key and (when logging) that the block's log entry records an
+ * allocation of exactly this size. */
+static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t *capv)
+{
+    uint64_t cap, e;
+    struct tp_op ops[2] = {
+        {.kind = TP_READ, .off = cap_off(n, chunk), .buf = &cap, .len = 8},
+        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
+    };
+    int rc = tp_batch(n->tp, ops, n->log_flush ? 2 : 1);
+    if (rc)
+        return rc;
+    *capv = cap;
+    if (cap_main(cap) != rkey)
+        return FMEM_EACCES;
+    if (n->log_flush && (!log_valid(e) || !log_alloc(e) || log_log2(e) != log2c ||
+                         log_layer(e) != layer_of(log2c)))
+        return FMEM_EBADHANDLE;
+    return 0;
+}
+
+int node_check_access(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
+{
+    uint64_t cap;
+    if (!block_ok(n, chunk, log2c))
+        return FMEM_EBADHANDLE;
+    return check(n, chunk, log2c, rkey, &cap);
+}
+
+/* Is the block allocated at all (by its layer's bits)? */
+static int block_state(struct node *n, uint64_t chunk, unsigned log2c)
+{
+    uint64_t h;
+    if (log2c <= 4) {
+        uint64_t s = chunk / CHUNKS_PER_SPAN;
+        if (tp_read(n->tp, span_hdr_off(n, s), &h, 8) < 0)
+            return FMEM_EIO;
+        uint32_t bit = 1u << (chunk % CHUNKS_PER_SPAN);
+        return (h_detached(h) || !(h_lo(h) & bit)) ? FMEM_EDOUBLEFREE : 0;
+    }
+    uint64_t s = chunk / CHUNKS_PER_SPAN;
+    if (tp_read(n->tp, sec_hdr_off(n, s / SPANS_PER_SECTION), &h, 8) < 0)
+        return FMEM_EIO;
+    return sec_state(h, s % SPANS_PER_SECTION) == SPAN_FULL ? 0 : FMEM_EDOUBLEFREE;
+}
+
+static int layer_free(struct node *n, uint64_t chunk, unsigned log2c, unsigned uid)
+{
+    if (log2c <= 4)
+        return chunk_free(n, chunk, log2c, uid);
+    if (log2c <= 9)
+        return span_free(n, chunk, log2c - 5, uid);
+    return multi_free(n, chunk, log2c - 9, uid);
+}
+
+/* Replace the main key by the backup (the old key dies now) and make a new
+ * backup. With a memory-node regenerator the backup would be refilled in the
+ * background; embedded, the freeing client refills it in the same CAS. */
+static int revoke(struct node *n, uint64_t chunk, uint64_t cap, bool any_key)
+{
+    for (;;) {
+        uint64_t next = cap_make(cap_backup(cap), node_new_key(n)), old;
+        int r = tp_cas(n->tp, cap_off(n, chunk), cap, next, &old);
+        if (r != 0)
+            return r < 0 ? r : 0;
+        if (!any_key) /* a concurrent free of the same block won */
+            return FMEM_EDOUBLEFREE;
+        cap = old;
+    }
+}
+
+int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
+{
+    if (!block_ok(n, chunk, log2c))
+        return FMEM_EBADHANDLE;
+    int rc = block_state(n, chunk, log2c);
+    if (rc)
+        return rc;
+    uint64_t cap;
+    rc = check(n, chunk, log2c, rkey, &cap);
+    if (rc)
+        return rc;
+    rc = revoke(n, chunk, cap, false);
+    if (rc)
+        return rc;
+    return layer_free(n, chunk, log2c, n->uid);
+}
+
+int node_free_as(struct node *n, uint64_t chunk, unsigned log2c, unsigned uid)
+{
+    if (!block_ok(n, chunk, log2c))
+        return FMEM_EBADHANDLE;
+    uint64_t cap;
+    if (tp_read(n->tp, cap_off(n, chunk), &cap, 8) < 0)
+        return FMEM_EIO;
+    int rc = revoke(n, chunk, cap, true);
+    if (rc)
+        return rc;
+    return layer_free(n, chunk, log2c, uid);
+}

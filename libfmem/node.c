@@ -1,0 +1,229 @@
+/* node.c - attach a client to one memory node: format a new pool, claim a
+ * user id, build and refresh the header caches, generate keys. */
+#include "node.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fmem.h"
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+static uint64_t seed64(void)
+{
+    uint64_t s;
+    if (getrandom(&s, sizeof s, 0) != sizeof s)
+        s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    return s;
+}
+
+uint32_t node_new_key(struct node *n)
+{
+    uint64_t x = atomic_fetch_add_explicit(&n->rng, 0x9E3779B97F4A7C15u, memory_order_relaxed);
+    uint32_t k;
+    do {
+        k = (uint32_t)splitmix(&x);
+    } while (k == 0);
+    return k;
+}
+
+/* Fresh span header: detached (section layer), no claim. */
+static uint64_t span_init_hdr(void)
+{
+    return H_DETACHED | h_with_log(0, 31, SPAN_LOG_CLAIM, 0, 0);
+}
+
+static void format_pool(struct transport *tp, const struct geometry *g)
+{
+    char *b = tp->base;
+    uint64_t x = seed64();
+    memset(b + g->users_off, 0, g->sect_off - g->users_off);
+    memset(b + g->sect_off, 0, 8 * g->nsections);
+    uint64_t *spans = (uint64_t *)(b + g->span_off);
+    for (uint64_t s = 0; s < g->nspans; s++)
+        spans[s] = span_init_hdr();
+    uint64_t *caps = (uint64_t *)(b + g->cap_off);
+    for (uint64_t c = 0; c < g->nchunks; c++) {
+        uint64_t k = splitmix(&x);
+        if (!(uint32_t)k) k |= 1;
+        if (!(k >> 32)) k |= UINT64_C(1) << 32;
+        caps[c] = k;
+    }
+    memset(b + g->log_off, 0, 8 * g->nchunks);
+    struct pool_hdr h;
+    layout_write_hdr(&h, g);
+    /* the magic becomes visible last: openers wait for a complete pool */
+    memcpy(b + 8, (char *)&h + 8, sizeof h - 8);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    memcpy(b, h.magic, 8);
+}
+
+/* Claim a free user slot (pid recorded) with a CAS on the 8-byte word
+ * holding it. Slot 0 is never used: user id 0 means "nobody". */
+static int claim_uid(struct node *n, unsigned *uid)
+{
+    uint32_t pid = (uint32_t)getpid();
+    for (uint64_t u = 1; u < n->g.nusers; u++) {
+        uint64_t word_off = n->g.users_off + 4 * (u & ~UINT64_C(1));
+        unsigned shift = (u & 1) ? 32 : 0;
+        for (;;) {
+            uint64_t w;
+            if (tp_read(n->tp, word_off, &w, 8) < 0)
+                return FMEM_EIO;
+            if ((uint32_t)(w >> shift) != 0)
+                break;
+            uint64_t nw = w | ((uint64_t)pid << shift);
+            int r = tp_cas(n->tp, word_off, w, nw, NULL);
+            if (r < 0)
+                return r;
+            if (r == 1) {
+                *uid = (unsigned)u;
+                return 0;
+            }
+        }
+    }
+    return FMEM_EBUSY;
+}
+
+static void release_uid(struct node *n, unsigned u)
+{
+    uint64_t word_off = n->g.users_off + 4 * (u & ~1u);
+    unsigned shift = (u & 1) ? 32 : 0;
+    for (;;) {
+        uint64_t w;
+        if (tp_read(n->tp, word_off, &w, 8) < 0)
+            return;
+        uint64_t nw = w & ~(UINT64_C(0xFFFFFFFF) << shift);
+        if (tp_cas(n->tp, word_off, w, nw, NULL) != 0)
+            return;
+    }
+}
+
+void node_refresh_all(struct node *n)
+{
+    uint64_t *sec = malloc(8 * n->g.nsections), *span = malloc(8 * n->g.nspans);
+    if (!sec || !span)
+        goto out;
+    struct tp_op ops[2] = {
+        {.kind = TP_READ, .off = n->g.sect_off, .buf = sec, .len = 8 * n->g.nsections},
+        {.kind = TP_READ, .off = n->g.span_off, .buf = span, .len = 8 * n->g.nspans},
+    };
+    if (tp_batch(n->tp, ops, 2) == 0) {
+        for (uint64_t i = 0; i < n->g.nsections; i++)
+            atomic_store_explicit(&n->sec_cache[i], sec[i], memory_order_relaxed);
+        for (uint64_t i = 0; i < n->g.nspans; i++)
+            atomic_store_explicit(&n->span_cache[i], span[i], memory_order_relaxed);
+    }
+out:
+    free(sec);
+    free(span);
+}
+
+/* Bytes allocated by all users: span blocks from the section headers,
+ * chunks from the free maps of attached spans. */
+uint64_t node_allocated_bytes(struct node *n)
+{
+    node_refresh_all(n);
+    uint64_t chunks = 0;
+    for (uint64_t x = 0; x < n->g.nsections; x++) {
+        uint64_t sh = atomic_load_explicit(&n->sec_cache[x], memory_order_relaxed);
+        for (unsigned j = 0; j < SPANS_PER_SECTION; j++) {
+            uint64_t s = x * SPANS_PER_SECTION + j;
+            uint64_t ph = atomic_load_explicit(&n->span_cache[s], memory_order_relaxed);
+            if (sec_state(sh, j) == SPAN_FULL && h_detached(ph))
+                chunks += CHUNKS_PER_SPAN;
+            else if (!h_detached(ph))
+                chunks += (uint64_t)__builtin_popcount(h_lo(ph));
+        }
+    }
+    return chunks << CHUNK_SHIFT;
+}
+
+int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
+              struct node **out)
+{
+    struct geometry g;
+    if (created) {
+        uint64_t nsec = (tp->size >> SECTION_SHIFT);
+        /* largest pool whose metadata + data fit in the file */
+        while (nsec > 0) {
+            layout_geometry(nsec, 4096, &g);
+            if (g.total_size <= tp->size)
+                break;
+            nsec--;
+        }
+        if (nsec == 0)
+            return FMEM_ESIZE;
+        format_pool(tp, &g);
+    } else {
+        struct pool_hdr h;
+        /* a creator may still be formatting: wait up to 2 s for the magic */
+        for (int i = 0;; i++) {
+            if (tp->size < sizeof h)
+                return FMEM_ECORRUPT;
+            if (tp_read(tp, 0, &h, sizeof h) < 0)
+                return FMEM_EIO;
+            static const char zero[8];
+            if (memcmp(h.magic, zero, 8) != 0 || i >= 200)
+                break;
+            usleep(10000);
+        }
+        int rc = layout_check_hdr(&h, tp->size, &g);
+        if (rc)
+            return rc;
+    }
+    struct node *n = calloc(1, sizeof *n);
+    if (!n)
+        return FMEM_ENOMEM;
+    n->tp = tp;
+    n->g = g;
+    n->log_flush = log_flush;
+    atomic_init(&n->rng, seed64());
+    n->sec_cache = calloc(g.nsections, 8);
+    n->span_cache = calloc(g.nspans, 8);
+    n->sec_flushed = calloc(g.nsections, 8);
+    n->span_flushed = calloc(g.nspans, 8);
+    if (!n->sec_cache || !n->span_cache || !n->sec_flushed || !n->span_flushed) {
+        node_close(n);
+        return FMEM_ENOMEM;
+    }
+    if (uid) {
+        if (uid >= g.nusers) {
+            node_close(n);
+            return FMEM_EINVAL;
+        }
+        n->uid = uid;
+    } else {
+        int rc = claim_uid(n, &n->uid);
+        if (rc) {
+            node_close(n);
+            return rc;
+        }
+        n->owns_uid = true;
+    }
+    node_refresh_all(n);
+    *out = n;
+    return 0;
+}
+
+void node_close(struct node *n)
+{
+    if (!n)
+        return;
+    if (n->owns_uid)
+        release_uid(n, n->uid);
+    free(n->sec_cache);
+    free(n->span_cache);
+    free(n->sec_flushed);
+    free(n->span_flushed);
+    free(n);
+}

@@ -1,0 +1,77 @@
+/* node.h - one memory node as seen by a client: its transport, geometry,
+ * this client's header caches, and the allocation protocol on it. */
+#ifndef FMEM_NODE_H
+#define FMEM_NODE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "transport.h"
+
+/* Span-header log size code 7: not an operation but a claim record: user
+ * `uid` is moving this detached span into or out of the chunk layer (uid 0:
+ * nobody). It keeps the timestamp of the last operation, which was a free. */
+#define SPAN_LOG_CLAIM 7
+
+#define RETRY_LOW 3   /* below: a contended span/section becomes normal */
+#define RETRY_HIGH 10 /* above: it is marked contended */
+
+struct node {
+    struct transport *tp;
+    struct geometry g;
+    unsigned index;   /* position in the pool's node list */
+    unsigned uid;     /* user id this client logs under */
+    bool log_flush;   /* flush temporary redo logs (on by default) */
+    bool owns_uid;    /* release the user slot on close */
+    /* this client's caches of the section and span headers; refreshed only
+     * when a CAS fails or a search comes up empty */
+    _Atomic uint64_t *sec_cache;
+    _Atomic uint64_t *span_cache;
+    /* last header value whose temporary log is known to be flushed, per span
+     * and per section (skips redundant flushes) */
+    _Atomic uint64_t *span_flushed;
+    _Atomic uint64_t *sec_flushed;
+    _Atomic uint64_t rng;
+};
+
+/* Region offsets. */
+static inline uint64_t sec_hdr_off(const struct node *n, uint64_t x) { return n->g.sect_off + 8 * x; }
+static inline uint64_t span_hdr_off(const struct node *n, uint64_t s) { return n->g.span_off + 8 * s; }
+static inline uint64_t cap_off(const struct node *n, uint64_t c) { return n->g.cap_off + 8 * c; }
+static inline uint64_t log_off(const struct node *n, uint64_t c) { return n->g.log_off + 8 * c; }
+static inline uint64_t data_off(const struct node *n, uint64_t c) { return n->g.data_off + (c << CHUNK_SHIFT); }
+
+/* node.c */
+int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
+              struct node **out);
+void node_close(struct node *n);
+uint32_t node_new_key(struct node *n);
+void node_refresh_all(struct node *n);
+uint64_t node_allocated_bytes(struct node *n);
+
+/* alloc.c: the two-layer protocol. A block is (first chunk, log2 chunks). */
+int node_alloc(struct node *n, unsigned log2_chunks, uint64_t *chunk, uint32_t *rkey);
+int node_free(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rkey);
+/* Free on behalf of `uid` without a key check (recovery). */
+int node_free_as(struct node *n, uint64_t chunk, unsigned log2_chunks, unsigned uid);
+/* 0 if (chunk, log2, rkey) names a live allocation, else FMEM_E*. */
+int node_check_access(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rkey);
+
+/* redolog.c */
+/* Flush the temporary log held in header value `h` of span `s` (span header)
+ * or section `x` (section header) into the full log. */
+void log_flush_span(struct node *n, uint64_t s, uint64_t h);
+void log_flush_section(struct node *n, uint64_t x, uint64_t h);
+/* Whether the temporary log in a span / section header value records an
+ * allocation (else a free, a claim, or nothing). */
+bool log_span_prev_alloc(uint64_t h);
+bool log_sec_prev_alloc(uint64_t h);
+/* Next timestamp for an operation of kind `alloc` after header value `h`. */
+unsigned log_next_ts(uint64_t h, bool prev_alloc, bool alloc);
+
+/* Per-allocation trace for benchmarks: CAS failures of the last call. */
+extern _Thread_local unsigned node_last_retries;
+
+#endif

@@ -1,0 +1,91 @@
+/* transport.c - transport-independent helpers: single operations as batches
+ * of one, operation counting, and the injected network delay. */
+#include "transport.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include "fmem.h"
+
+_Thread_local struct tp_trace tp_trace;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleeping cannot wait 2 us (timer granularity is ~10 us or worse), so spin on
+ * the clock but yield the core on every turn: a lone thread waits precisely,
+ * and many waiting threads share the cores as they would around a NIC. */
+void tp_delay(uint64_t ns)
+{
+    if (ns == 0)
+        return;
+    uint64_t end = now_ns() + ns;
+    while (now_ns() < end)
+        sched_yield();
+}
+
+int tp_batch(struct transport *t, struct tp_op *ops, size_t n)
+{
+    if (n == 0)
+        return 0;
+    int rc = t->ops->batch(t, ops, n);
+    uint64_t cas = 0, fail = 0, rd = 0, wr = 0;
+    for (size_t i = 0; i < n; i++) {
+        switch (ops[i].kind) {
+        case TP_CAS:
+            cas++;
+            fail += ops[i].old != ops[i].expect;
+            break;
+        case TP_READ: rd++; break;
+        case TP_WRITE: wr++; break;
+        }
+    }
+    tp_trace.cas += cas;
+    tp_trace.cas_fail += fail;
+    tp_trace.reads += rd;
+    tp_trace.writes += wr;
+    tp_trace.round_trips++;
+    atomic_fetch_add_explicit(&t->n_cas, cas, memory_order_relaxed);
+    if (fail)
+        atomic_fetch_add_explicit(&t->n_cas_fail, fail, memory_order_relaxed);
+    if (rd)
+        atomic_fetch_add_explicit(&t->n_reads, rd, memory_order_relaxed);
+    if (wr)
+        atomic_fetch_add_explicit(&t->n_writes, wr, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->n_rtts, 1, memory_order_relaxed);
+    return rc;
+}
+
+int tp_read(struct transport *t, uint64_t off, void *dst, size_t len)
+{
+    struct tp_op op = {.kind = TP_READ, .off = off, .buf = dst, .len = len};
+    return tp_batch(t, &op, 1);
+}
+
+int tp_write(struct transport *t, uint64_t off, const void *src, size_t len)
+{
+    struct tp_op op = {.kind = TP_WRITE, .off = off, .buf = (void *)src, .len = len};
+    return tp_batch(t, &op, 1);
+}
+
+int tp_cas(struct transport *t, uint64_t off, uint64_t expect, uint64_t desired,
+           uint64_t *old)
+{
+    struct tp_op op = {.kind = TP_CAS, .off = off, .expect = expect, .desired = desired};
+    int rc = tp_batch(t, &op, 1);
+    if (rc < 0)
+        return rc;
+    if (old)
+        *old = op.old;
+    return op.old == expect;
+}
+
+void tp_close(struct transport *t)
+{
+    if (t)
+        t->ops->close(t);
+}

@@ -1,0 +1,145 @@
+/* uri.c - "mem:?size=1G&rtt_ns=2000", "shm:/NAME?size=...", "file:/PATH",
+ * several joined by ';'. Every unknown key or malformed value is an error:
+ * a typo must not silently open a different pool than the one asked for. */
+#include "uri.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmem.h"
+
+bool uri_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+')
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'K': case 'k': shift = 10; end++; break;
+    case 'M': case 'm': shift = 20; end++; break;
+    case 'G': case 'g': shift = 30; end++; break;
+    case 'T': case 't': shift = 40; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') /* accept "MiB", "MB" */
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end)
+        return false;
+    if (shift && v > (UINT64_MAX >> shift))
+        return false;
+    *out = (uint64_t)v << shift;
+    return true;
+}
+
+static bool parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+    uint64_t v;
+    if (!uri_parse_size(s, &v) || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+static int parse_query(char *q, struct node_uri *u)
+{
+    for (char *save = NULL, *kv = strtok_r(q, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            return FMEM_EURI;
+        *eq = 0;
+        const char *k = kv, *v = eq + 1;
+        uint64_t x;
+        if (!strcmp(k, "size")) {
+            if (!uri_parse_size(v, &u->size) || u->size == 0)
+                return FMEM_EURI;
+        } else if (!strcmp(k, "nodes")) {
+            if (!parse_uint(v, URI_MAX_NODES, &x) || x == 0)
+                return FMEM_EURI;
+            u->nodes = (unsigned)x;
+        } else if (!strcmp(k, "rtt_ns")) {
+            if (!parse_uint(v, 1000000000u, &u->rtt_ns))
+                return FMEM_EURI;
+        } else if (!strcmp(k, "user")) {
+            if (!parse_uint(v, 16383, &x) || x == 0)
+                return FMEM_EURI;
+            u->user = (unsigned)x;
+        } else if (!strcmp(k, "create") || !strcmp(k, "log")) {
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                return FMEM_EURI;
+            if (k[0] == 'c')
+                u->create = v[0] == '1';
+            else
+                u->log = v[0] == '1';
+        } else {
+            return FMEM_EURI;
+        }
+    }
+    return 0;
+}
+
+static int parse_one(char *s, struct node_uri *u)
+{
+    memset(u, 0, sizeof *u);
+    u->nodes = 1;
+    u->create = true;
+    u->log = true;
+    char *q = strchr(s, '?');
+    if (q)
+        *q++ = 0;
+    if (!strncmp(s, "mem:", 4)) {
+        u->kind = URI_MEM;
+        if (s[4])
+            return FMEM_EURI;
+    } else if (!strncmp(s, "shm:", 4)) {
+        const char *name = s + 4;
+        while (*name == '/')
+            name++;
+        if (!*name || strchr(name, '/') || strlen(name) > NAME_MAX)
+            return FMEM_EURI;
+        u->kind = URI_SHM;
+        snprintf(u->path, sizeof u->path, "/dev/shm/%s", name);
+    } else if (!strncmp(s, "file:", 5)) {
+        if (s[5] != '/' || strlen(s + 5) >= sizeof u->path)
+            return FMEM_EURI;
+        u->kind = URI_FILE;
+        strcpy(u->path, s + 5);
+    } else {
+        return FMEM_EURI;
+    }
+    if (q && parse_query(q, u))
+        return FMEM_EURI;
+    if (u->kind != URI_MEM && u->nodes != 1)
+        return FMEM_EURI;
+    return 0;
+}
+
+int uri_parse(const char *uri, struct node_uri *out, int max)
+{
+    if (!uri || strlen(uri) > 16 * PATH_MAX)
+        return FMEM_EURI;
+    char *dup = strdup(uri), *save = NULL;
+    if (!dup)
+        return FMEM_ENOMEM;
+    int n = 0, rc = 0;
+    for (char *part = strtok_r(dup, ";", &save); part; part = strtok_r(NULL, ";", &save)) {
+        while (*part == ' ')
+            part++;
+        if (n >= max || (rc = parse_one(part, &out[n])) != 0) {
+            rc = FMEM_EURI;
+            break;
+        }
+        n++;
+    }
+    free(dup);
+    if (rc)
+        return rc;
+    return n ? n : FMEM_EURI;
+}

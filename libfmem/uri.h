@@ -1,0 +1,30 @@
+/* uri.h - parsing of pool URIs (see fmem_open in fmem.h). */
+#ifndef FMEM_URI_H
+#define FMEM_URI_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum uri_kind { URI_MEM, URI_SHM, URI_FILE };
+
+struct node_uri {
+    enum uri_kind kind;
+    char path[PATH_MAX]; /* shm: /dev/shm/NAME; file: the path */
+    uint64_t size;       /* 0: not given */
+    unsigned nodes;      /* mem: number of nodes */
+    uint64_t rtt_ns;
+    unsigned user;       /* 0: claim one */
+    bool create;
+    bool log;
+};
+
+#define URI_MAX_NODES 64
+
+/* Parse `uri` (one or more node URIs separated by ';') into out[]. Returns
+ * the number of entries, or FMEM_EURI. */
+int uri_parse(const char *uri, struct node_uri *out, int max);
+/* Parse "123", "64K", "2M", "1G", "1T". false on junk or overflow. */
+bool uri_parse_size(const char *s, uint64_t *out);
+
+#endif
