@@ -123,6 +123,7 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
             }
         }
         int r = tp_cas(n->tp, eoff, e, want, &e);
+        tp_trace.log_cas++;
         if (r != 0)
             return; /* written, or a transport error */
     }

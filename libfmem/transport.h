@@ -24,6 +24,7 @@ struct tp_op {
  * benchmark read them to report CAS per allocation and retries. */
 struct tp_trace {
     uint64_t cas, cas_fail, reads, writes, round_trips;
+    uint64_t log_cas; /* of `cas`, the ones that flushed a redo log */
 };
 extern _Thread_local struct tp_trace tp_trace;
 
