@@ -1,2 +1,28 @@
 #!/bin/sh
-exit 0
+# make install into a scratch root; the shared library is versioned, exports
+# only fmem_*, and a program builds against it with pkg-config and runs.
+set -eu
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+make -C "$top_builddir" install DESTDIR="$tmp/root" >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log"; exit 1; }
+lib=$(find "$tmp/root" -name 'libfmem.so.*.*' | head -n 1)
+[ -n "$lib" ] || { echo "no versioned libfmem.so.X.Y.Z installed"; exit 1; }
+libdir=$(dirname "$lib")
+[ -e "$libdir/libfmem.so" ] || { echo "no libfmem.so link"; exit 1; }
+pcdir=$(find "$tmp/root" -name fmem.pc -exec dirname {} \; | head -n 1)
+[ -n "$pcdir" ] || { echo "fmem.pc not installed"; exit 1; }
+[ -n "$(find "$tmp/root" -name fmem.h)" ] || { echo "fmem.h not installed"; exit 1; }
+# exported symbols: all start with fmem_
+bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDBRVW]/ {print $3}' | grep -v '^fmem_' | grep -v '^FMEM_' || true)
+[ -z "$bad" ] || { echo "exported non-API symbols:"; echo "$bad"; exit 1; }
+nm -D --defined-only "$lib" | grep -q ' T fmem_alloc' || { echo "fmem_alloc not exported"; exit 1; }
+# build the demo against the installed library through pkg-config
+export PKG_CONFIG_PATH="$pcdir" PKG_CONFIG_SYSROOT_DIR="$tmp/root"
+cc -std=c11 -Wall -Wextra -Werror "$top_srcdir/examples/demo.c" -o "$tmp/demo" \
+    $(pkg-config --cflags --libs fmem)
+LD_LIBRARY_PATH="$libdir" "$tmp/demo" >"$tmp/demo.out"
+grep -q 'hello, far memory' "$tmp/demo.out" || { cat "$tmp/demo.out"; exit 1; }
+echo "install check: $(basename "$lib"), $(nm -D --defined-only "$lib" | grep -c ' T fmem_') exported functions"

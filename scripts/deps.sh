@@ -1,0 +1,15 @@
+#!/bin/sh
+# Install the Debian 12 packages fmem needs to build and test (as root, or
+# through sudo). Safe to run again.
+set -e
+PKGS="build-essential autoconf automake libtool pkg-config libcriterion-dev valgrind"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "deps: installing$missing" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
