@@ -1,6 +1,7 @@
 /* alloc.c - front end of the protocol on one node: pick the layer by size,
  * hand out and check capability keys, and order a free so that the old key
  * dies before the block can be handed to anyone else. */
+#include "crashpoint.h"
 #include "fmem.h"
 #include "protocol.h"
 
@@ -35,6 +36,7 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
     node_last_retries = fails;
     if (rc)
         return rc;
+    CRASH_POINT(CP_ALLOC_DONE);
     uint64_t cap;
     if (tp_read(n->tp, cap_off(n, *chunk), &cap, 8) < 0)
         return FMEM_EIO;
@@ -127,6 +129,7 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
     rc = revoke(n, chunk, cap, false);
     if (rc)
         return rc;
+    CRASH_POINT(CP_FREE_REVOKED);
     return layer_free(n, chunk, log2c, n->uid);
 }
 
@@ -140,5 +143,20 @@ int node_free_as(struct node *n, uint64_t chunk, unsigned log2c, unsigned uid)
     int rc = revoke(n, chunk, cap, true);
     if (rc)
         return rc;
+    CRASH_POINT(CP_FREE_REVOKED);
     return layer_free(n, chunk, log2c, uid);
+}
+
+int node_free_section_as(struct node *n, uint64_t x, unsigned p, unsigned uid)
+{
+    uint64_t chunk = x * CHUNKS_PER_SECTION, cap;
+    if (x >= n->g.nsections)
+        return FMEM_EBADHANDLE;
+    if (tp_read(n->tp, cap_off(n, chunk), &cap, 8) < 0)
+        return FMEM_EIO;
+    int rc = revoke(n, chunk, cap, true);
+    if (rc)
+        return rc;
+    CRASH_POINT(CP_FREE_REVOKED);
+    return multi_free_part(n, x, p, uid);
 }

@@ -15,6 +15,7 @@
  * attached span. Spans that become empty stay attached (a churning thread
  * would otherwise claim and release on every allocation) until a span-level
  * allocation finds no free span and releases them. */
+#include "crashpoint.h"
 #include "fmem.h"
 #include "protocol.h"
 
@@ -127,6 +128,7 @@ static int try_span(struct node *n, uint64_t s, unsigned k, unsigned *fails, uin
             return r;
         if (r == 1) {
             cache_put(n->span_cache, s, nv);
+            CRASH_POINT(CP_CHUNK_COMMIT);
             log_flush_span(n, s, nv);
             contention_update(n, s, here);
             *chunk = s * CHUNKS_PER_SPAN + (unsigned)off;
@@ -165,6 +167,7 @@ static int claim_and_alloc(struct node *n, uint64_t x, unsigned j, unsigned k,
         }
         return r < 0 ? r : 0;
     }
+    CRASH_POINT(CP_CLAIM_RECORDED);
     /* S: 00 -> 01 */
     uint64_t sh = cache_get(n->sec_cache, x);
     for (;;) {
@@ -187,6 +190,7 @@ static int claim_and_alloc(struct node *n, uint64_t x, unsigned j, unsigned k,
         sh = old;
         cache_put(n->sec_cache, x, old);
     }
+    CRASH_POINT(CP_CLAIM_SECTION);
     /* attach, with the first allocation as the commit */
     unsigned ts = (h_ts(hv) + 1) & TS_MASK; /* the previous op was a free */
     uint64_t nv = h_with_lo(claimed & ~H_DETACHED, run_mask(0, 1u << k));
@@ -198,6 +202,7 @@ static int claim_and_alloc(struct node *n, uint64_t x, unsigned j, unsigned k,
         return r < 0 ? r : 0;
     }
     cache_put(n->span_cache, s, nv);
+    CRASH_POINT(CP_CHUNK_COMMIT);
     log_flush_span(n, s, nv);
     *chunk = s * CHUNKS_PER_SPAN;
     return 1;
@@ -289,6 +294,7 @@ int chunk_free(struct node *n, uint64_t chunk, unsigned k, unsigned uid)
             return r;
         if (r == 1) {
             cache_put(n->span_cache, s, nv);
+            CRASH_POINT(CP_CHUNK_FREE_COMMIT);
             log_flush_span(n, s, nv);
             return 0;
         }
@@ -307,8 +313,10 @@ static bool release_span(struct node *n, uint64_t s, uint64_t hv)
         cache_put(n->span_cache, s, old);
         return false;
     }
+    CRASH_POINT(CP_RELEASE_DETACHED);
     set_span_state(n, s / SPANS_PER_SECTION, s % SPANS_PER_SECTION, SPAN_FREE,
                    (1u << SPAN_INUSE) | (1u << SPAN_CONTENDED), 1000);
+    CRASH_POINT(CP_RELEASE_SECTION);
     uint64_t done = claim_record(claimed, 0);
     if (tp_cas(n->tp, hoff, claimed, done, &old) == 1)
         cache_put(n->span_cache, s, done);

@@ -94,7 +94,7 @@ static int claim_uid(struct node *n, unsigned *uid)
     return FMEM_EBUSY;
 }
 
-static void release_uid(struct node *n, unsigned u)
+void node_clear_uid(struct node *n, unsigned u)
 {
     uint64_t word_off = n->g.users_off + 4 * (u & ~1u);
     unsigned shift = (u & 1) ? 32 : 0;
@@ -220,7 +220,7 @@ void node_close(struct node *n)
     if (!n)
         return;
     if (n->owns_uid)
-        release_uid(n, n->uid);
+        node_clear_uid(n, n->uid);
     free(n->sec_cache);
     free(n->span_cache);
     free(n->sec_flushed);

@@ -47,6 +47,8 @@ static inline uint64_t data_off(const struct node *n, uint64_t c) { return n->g.
 int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
               struct node **out);
 void node_close(struct node *n);
+/* Free user slot `uid` (after its recovery). */
+void node_clear_uid(struct node *n, unsigned uid);
 uint32_t node_new_key(struct node *n);
 void node_refresh_all(struct node *n);
 uint64_t node_allocated_bytes(struct node *n);
@@ -56,6 +58,8 @@ int node_alloc(struct node *n, unsigned log2_chunks, uint64_t *chunk, uint32_t *
 int node_free(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rkey);
 /* Free on behalf of `uid` without a key check (recovery). */
 int node_free_as(struct node *n, uint64_t chunk, unsigned log2_chunks, unsigned uid);
+/* Free section x alone, one part of a multi-section block (recovery). */
+int node_free_section_as(struct node *n, uint64_t x, unsigned p, unsigned uid);
 /* 0 if (chunk, log2, rkey) names a live allocation, else FMEM_E*. */
 int node_check_access(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rkey);
 

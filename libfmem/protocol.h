@@ -37,5 +37,8 @@ int span_alloc(struct node *n, unsigned q, uint64_t *chunk, unsigned *fails);
 int span_free(struct node *n, uint64_t chunk, unsigned q, unsigned uid);
 int multi_alloc(struct node *n, unsigned p, uint64_t *chunk, unsigned *fails);
 int multi_free(struct node *n, uint64_t chunk, unsigned p, unsigned uid);
+/* Free one section of a multi-section block (recovery); `p` is what its log
+ * entry records: log2 of the block's sections for the first part, else 0. */
+int multi_free_part(struct node *n, uint64_t x, unsigned p, unsigned uid);
 
 #endif

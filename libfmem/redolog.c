@@ -9,6 +9,7 @@
  * current layer of the span decides: a chunk-layer log may only be written
  * while the span is attached, a section-layer one while it is detached, and
  * in both cases only while it is still the latest log in its header. */
+#include "crashpoint.h"
 #include "fmem.h"
 #include "node.h"
 
@@ -122,6 +123,7 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
                     return;
             }
         }
+        CRASH_POINT(CP_FLUSH_READ);
         int r = tp_cas(n->tp, eoff, e, want, &e);
         tp_trace.log_cas++;
         if (r != 0)
@@ -155,3 +157,20 @@ void log_flush_section(struct node *n, uint64_t x, uint64_t h)
 
 bool log_span_prev_alloc(uint64_t h) { return span_log_alloc(h); }
 bool log_sec_prev_alloc(uint64_t h) { return sec_log_alloc(h); }
+
+void (*fmem_crash_hook)(enum crash_point cp);
+const char *const crash_point_names[CP_COUNT] = {
+    [CP_CHUNK_COMMIT] = "chunk-commit",
+    [CP_CHUNK_FREE_COMMIT] = "chunk-free-commit",
+    [CP_CLAIM_RECORDED] = "claim-recorded",
+    [CP_CLAIM_SECTION] = "claim-section",
+    [CP_RELEASE_DETACHED] = "release-detached",
+    [CP_RELEASE_SECTION] = "release-section",
+    [CP_SPAN_COMMIT] = "span-commit",
+    [CP_SPAN_FREE_COMMIT] = "span-free-commit",
+    [CP_MULTI_PART] = "multi-part",
+    [CP_MULTI_FREE_PART] = "multi-free-part",
+    [CP_FREE_REVOKED] = "free-revoked",
+    [CP_FLUSH_READ] = "flush-read",
+    [CP_ALLOC_DONE] = "alloc-done",
+};

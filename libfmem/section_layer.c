@@ -4,6 +4,7 @@
  * State 11 in a section header means "allocated as a span block": a
  * chunk-layer span that fills up stays 01 (its own header says it is full),
  * so a section header is the single authority on span ownership. */
+#include "crashpoint.h"
 #include "fmem.h"
 #include "protocol.h"
 
@@ -47,6 +48,7 @@ static int try_section(struct node *n, uint64_t x, unsigned q, unsigned *fails, 
             return r;
         if (r == 1) {
             cache_put(n->sec_cache, x, nv);
+            CRASH_POINT(CP_SPAN_COMMIT);
             log_flush_section(n, x, nv);
             *chunk = (x * SPANS_PER_SECTION + (unsigned)j) * CHUNKS_PER_SPAN;
             return 1;
@@ -119,6 +121,7 @@ static int section_part_free(struct node *n, uint64_t x, unsigned code_off, unsi
             return r;
         if (r == 1) {
             cache_put(n->sec_cache, x, nv);
+            CRASH_POINT(CP_MULTI_FREE_PART);
             log_flush_section(n, x, nv);
             return 0;
         }
@@ -148,6 +151,7 @@ static int try_multi(struct node *n, uint64_t base, unsigned p, unsigned *fails)
                 return r;
             if (r == 1) {
                 cache_put(n->sec_cache, x, nv);
+                CRASH_POINT(CP_MULTI_PART);
                 log_flush_section(n, x, nv);
                 break;
             }
@@ -205,6 +209,7 @@ int span_free(struct node *n, uint64_t chunk, unsigned q, unsigned uid)
             return r;
         if (r == 1) {
             cache_put(n->sec_cache, x, nv);
+            CRASH_POINT(CP_SPAN_FREE_COMMIT);
             log_flush_section(n, x, nv);
             return 0;
         }
@@ -231,4 +236,9 @@ int multi_free(struct node *n, uint64_t chunk, unsigned p, unsigned uid)
             rc = r;
     }
     return rc;
+}
+
+int multi_free_part(struct node *n, uint64_t x, unsigned p, unsigned uid)
+{
+    return section_part_free(n, x, p, uid);
 }

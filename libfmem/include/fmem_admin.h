@@ -1,0 +1,59 @@
+/* fmem_admin.h - privileged operations on a pool: recovery of a dead user
+ * and the consistency verifier. In a deployment only the memory node and the
+ * allocation service call these; embedded programs and tests may too. */
+#ifndef FMEM_ADMIN_H
+#define FMEM_ADMIN_H
+
+#include <stdio.h>
+
+#include "fmem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fmem_recovery_stats {
+    uint64_t headers_scanned; /* section and span headers read */
+    uint64_t logs_flushed;    /* pending temporary logs written out */
+    uint64_t entries_scanned; /* full redo log entries walked */
+    uint64_t blocks_freed;    /* allocations of the dead user given back */
+    uint64_t bytes_freed;
+    uint64_t claims_cleared;  /* half-done span moves finished */
+    uint64_t elapsed_ns;
+    uint64_t reserved[8];
+} fmem_recovery_stats;
+
+/* Reclaim everything user `uid` owns on every node of the pool: flush all
+ * pending temporary logs, then walk the full redo log and free each block
+ * whose latest entry is an allocation by `uid`; finally free the user id.
+ * The caller must know the user is dead (its process gone). Runs while other
+ * users keep allocating and freeing: no lock, no pause. `st` may be NULL. */
+FMEM_API int fmem_recover(fmem_pool *pool, unsigned uid, fmem_recovery_stats *st);
+
+typedef struct fmem_verify_report {
+    uint64_t chunks_allocated;    /* allocated according to the headers */
+    uint64_t chunks_owned;        /* covered by an allocation entry of the log */
+    /* inconsistencies */
+    uint64_t alloc_without_owner; /* allocated chunk no log entry owns */
+    uint64_t owner_of_free;       /* log entry owning a chunk that is free */
+    uint64_t owned_twice;         /* chunk covered by two allocation entries */
+    uint64_t state_mismatch;      /* span state disagrees with its free map */
+    uint64_t bad_entries;         /* malformed or misaligned log entries */
+    /* transient states (normal while users are active; errors at rest) */
+    uint64_t claims_in_progress;  /* span moves between layers under way */
+    uint64_t errors;              /* sum of the inconsistencies */
+    uint64_t reserved[8];
+} fmem_verify_report;
+
+/* Check headers against the full redo log on every node. Pending temporary
+ * logs are flushed first, as any client would. Details of the first
+ * problems go to `detail` (may be NULL). Returns 0 (see report.errors). */
+FMEM_API int fmem_verify(fmem_pool *pool, fmem_verify_report *report, FILE *detail);
+
+/* The user id this pool handle logs under on node `node`, or 0. */
+FMEM_API unsigned fmem_user_id(fmem_pool *pool, unsigned node);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
