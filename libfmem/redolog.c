@@ -91,40 +91,42 @@ unsigned log_next_ts(uint64_t h, bool prev_alloc, bool alloc)
     return (h_ts(h) + (prev_alloc != alloc)) & TS_MASK;
 }
 
-/* hdr_off: the header the log came from; h: its value then. */
+/* Write temporary log t (from the header at hdr_off, whose value was h) into
+ * its full log entry, unless it is stale. One round trip reads the entry, the
+ * header and the span's own header; then:
+ *  - the entry already holds t: done;
+ *  - the header no longer holds t: t was superseded, and whoever replaced it
+ *    flushed it first (every header CAS flushes the pending log), so this
+ *    flush arrived late: discard it;
+ *  - t comes from a section header but its span is attached: a chunk-layer
+ *    epoch began after t: discard;
+ *  - otherwise t is the newest operation on its block: CAS it in.
+ * The 7-bit timestamps alone cannot decide this: an entry whose block sat
+ * idle while its header flipped 64 times looks newer than it is. They still
+ * make successive entries of a block distinct, so the CAS cannot ABA. */
 static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64_t h)
 {
+    const uint64_t logmask = ((UINT64_C(1) << 29) - 1) << H_OFF_SHIFT;
     uint64_t want = log_make(t->alloc, t->layer, t->log2_chunks, t->ts, t->uid);
     uint64_t eoff = log_off(n, t->chunk);
-    uint64_t e;
-    if (tp_read(n->tp, eoff, &e, 8) < 0)
-        return;
+    uint64_t e, cur_hdr, cur_span;
+    struct tp_op ops[3] = {
+        {.kind = TP_READ, .off = eoff, .buf = &e, .len = 8},
+        {.kind = TP_READ, .off = hdr_off, .buf = &cur_hdr, .len = 8},
+        {.kind = TP_READ, .off = span_hdr_off(n, t->span), .buf = &cur_span, .len = 8},
+    };
+    bool section_domain = t->layer != LAYER_CHUNK;
     for (int tries = 0; tries < 64; tries++) {
+        if (tp_batch(n->tp, ops, section_domain ? 3 : 2) < 0)
+            return;
         if (e == want)
             return;
-        if (log_valid(e)) {
-            if (log_same_domain(log_layer(e), t->layer)) {
-                if (!ts_newer(t->ts, log_ts(e)))
-                    return; /* the entry holds this op or a newer one */
-            } else {
-                /* cross-layer: check the span's current layer and that this
-                 * log is still the newest in its header (one batch) */
-                uint64_t cur_hdr, cur_span;
-                struct tp_op ops[2] = {
-                    {.kind = TP_READ, .off = hdr_off, .buf = &cur_hdr, .len = 8},
-                    {.kind = TP_READ, .off = span_hdr_off(n, t->span), .buf = &cur_span, .len = 8},
-                };
-                if (tp_batch(n->tp, ops, 2) < 0)
-                    return;
-                const uint64_t logmask = ((UINT64_C(1) << 29) - 1) << H_OFF_SHIFT;
-                if ((cur_hdr & logmask) != (h & logmask))
-                    return;
-                if (h_detached(cur_span) != (t->layer != LAYER_CHUNK))
-                    return;
-            }
-        }
+        if ((cur_hdr & logmask) != (h & logmask))
+            return;
+        if (section_domain && !h_detached(cur_span))
+            return;
         CRASH_POINT(CP_FLUSH_READ);
-        int r = tp_cas(n->tp, eoff, e, want, &e);
+        int r = tp_cas(n->tp, eoff, e, want, NULL);
         tp_trace.log_cas++;
         if (r != 0)
             return; /* written, or a transport error */
