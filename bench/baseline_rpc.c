@@ -1,1 +1,297 @@
-int bench_placeholder_baseline_rpc;
+/* baseline_rpc.c - the RPC baseline of FUSEE / FineMem's "Premmap-RPC": one
+ * server thread (the memory node's weak CPU) owns the metadata, a buddy
+ * allocator in its local memory; clients post requests (alloc order / free
+ * chunk) to a shared-memory queue and wait for the answer in their own
+ * slot. The network is modelled on the client side, half the round trip
+ * before posting and half after the answer, so the server is never held by
+ * the delay: what limits it is its own single core. */
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "buddy.h"
+#include "transport.h"
+
+enum { SLOT_PENDING, SLOT_WAITING, SLOT_DONE };
+enum { REQ_ALLOC, REQ_FREE };
+
+/* Spin (yielding) this many turns before sleeping on a futex. */
+#define SERVER_SPIN 32
+#define CLIENT_SPIN 8
+
+/* One client's request/answer mailbox. */
+struct slot {
+    _Alignas(64) _Atomic uint32_t state;
+    uint32_t op;
+    unsigned order;
+    int result;
+    uint64_t chunk; /* free: the block; alloc: the answer */
+};
+
+/* Bounded MPSC queue of slot numbers (per-cell sequence numbers, as in
+ * Vyukov's bounded queue). Never full: it has a cell for every slot and a
+ * client has at most one request outstanding. */
+struct cell {
+    _Atomic uint64_t seq;
+    uint32_t slot;
+};
+
+struct rpc {
+    uint64_t rtt_ns;
+    uint64_t gen; /* tells this instance's thread-local slot from a stale one */
+    struct buddy b;
+    struct slot *slots;
+    unsigned nslots;
+    _Atomic unsigned slot_next;
+    struct cell *cells;
+    uint64_t mask;
+    _Alignas(64) _Atomic uint64_t tail; /* clients */
+    _Alignas(64) uint64_t head;         /* server only */
+    _Alignas(64) _Atomic uint32_t server_sleeping;
+    _Atomic bool stop;
+    pthread_t server;
+};
+
+static _Atomic uint64_t gen_next;
+static _Thread_local struct {
+    uint64_t gen;
+    unsigned slot;
+} tl_slot;
+
+static void futex_wait(_Atomic uint32_t *a, uint32_t v)
+{
+    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *a)
+{
+    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void enqueue(struct rpc *r, uint32_t slot)
+{
+    uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    for (;;) {
+        struct cell *c = &r->cells[pos & r->mask];
+        uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+        int64_t dif = (int64_t)(seq - pos);
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&r->tail, &pos, pos + 1,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                c->slot = slot;
+                atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+                return;
+            }
+        } else if (dif < 0) {
+            sched_yield(); /* cannot happen (see struct cell); be safe */
+            pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+        } else {
+            pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+        }
+    }
+}
+
+static bool queue_ready(struct rpc *r)
+{
+    struct cell *c = &r->cells[r->head & r->mask];
+    return atomic_load_explicit(&c->seq, memory_order_acquire) == r->head + 1;
+}
+
+static bool dequeue(struct rpc *r, uint32_t *slot)
+{
+    if (!queue_ready(r))
+        return false;
+    struct cell *c = &r->cells[r->head & r->mask];
+    *slot = c->slot;
+    atomic_store_explicit(&c->seq, r->head + r->mask + 1, memory_order_release);
+    r->head++;
+    return true;
+}
+
+static void serve(struct rpc *r, struct slot *s)
+{
+    if (s->op == REQ_ALLOC) {
+        int64_t c = buddy_alloc(&r->b, s->order);
+        s->result = c < 0 ? FMEM_ENOMEM : 0;
+        s->chunk = c < 0 ? 0 : (uint64_t)c;
+    } else {
+        s->result = buddy_free(&r->b, s->chunk, s->order) ? FMEM_EDOUBLEFREE : 0;
+    }
+    if (atomic_exchange_explicit(&s->state, SLOT_DONE, memory_order_acq_rel) == SLOT_WAITING)
+        futex_wake(&s->state);
+}
+
+static void *server_main(void *arg)
+{
+    struct rpc *r = arg;
+    for (;;) {
+        uint32_t slot;
+        if (dequeue(r, &slot)) {
+            serve(r, &r->slots[slot]);
+            continue;
+        }
+        if (atomic_load(&r->stop))
+            return NULL;
+        bool work = false;
+        for (int i = 0; i < SERVER_SPIN && !work; i++) {
+            sched_yield();
+            work = queue_ready(r);
+        }
+        if (work)
+            continue;
+        /* sleep; a client that posts after this store sees it and wakes us */
+        atomic_store(&r->server_sleeping, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (queue_ready(r) || atomic_load(&r->stop)) {
+            atomic_store(&r->server_sleeping, 0);
+            continue;
+        }
+        futex_wait(&r->server_sleeping, 1);
+    }
+}
+
+static void wake_server(struct rpc *r)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&r->server_sleeping) && atomic_exchange(&r->server_sleeping, 0))
+        futex_wake(&r->server_sleeping);
+}
+
+static int rpc_open(const struct alloc_params *p, void **self)
+{
+    struct rpc *r = calloc(1, sizeof *r);
+    if (!r)
+        return FMEM_ENOMEM;
+    r->rtt_ns = p->rtt_ns;
+    r->gen = atomic_fetch_add(&gen_next, 1) + 1;
+    r->nslots = p->threads + 1;
+    uint64_t cap = 2;
+    while (cap < r->nslots)
+        cap <<= 1;
+    r->mask = cap - 1;
+    r->slots = aligned_alloc(64, r->nslots * sizeof *r->slots);
+    r->cells = calloc(cap, sizeof *r->cells);
+    if (!r->slots || !r->cells || buddy_init(&r->b, p->pool_bytes / CHUNK_BYTES)) {
+        free(r->slots);
+        free(r->cells);
+        free(r);
+        return FMEM_ENOMEM;
+    }
+    for (uint64_t i = 0; i < cap; i++)
+        atomic_init(&r->cells[i].seq, i);
+    if (pthread_create(&r->server, NULL, server_main, r)) {
+        buddy_destroy(&r->b);
+        free(r->slots);
+        free(r->cells);
+        free(r);
+        return FMEM_EIO;
+    }
+    *self = r;
+    return 0;
+}
+
+static void rpc_close(void *self)
+{
+    struct rpc *r = self;
+    atomic_store(&r->stop, true);
+    atomic_store(&r->server_sleeping, 0);
+    futex_wake(&r->server_sleeping);
+    pthread_join(r->server, NULL);
+    buddy_destroy(&r->b);
+    free(r->slots);
+    free(r->cells);
+    free(r);
+}
+
+static struct slot *my_slot(struct rpc *r, uint32_t *idx)
+{
+    if (tl_slot.gen != r->gen) {
+        unsigned i = atomic_fetch_add(&r->slot_next, 1);
+        if (i >= r->nslots)
+            return NULL;
+        tl_slot.gen = r->gen;
+        tl_slot.slot = i;
+    }
+    *idx = tl_slot.slot;
+    return &r->slots[tl_slot.slot];
+}
+
+/* One request round trip. */
+static int call(struct rpc *r, uint32_t op, unsigned order, uint64_t *chunk)
+{
+    uint32_t idx;
+    struct slot *s = my_slot(r, &idx);
+    if (!s)
+        return FMEM_EBUSY;
+    s->op = op;
+    s->order = order;
+    s->chunk = *chunk;
+    atomic_store_explicit(&s->state, SLOT_PENDING, memory_order_relaxed);
+    uint64_t half = r->rtt_ns / 2;
+    tp_delay(half); /* request in flight */
+    enqueue(r, idx);
+    wake_server(r);
+    bool done = false;
+    for (int i = 0; i < CLIENT_SPIN && !done; i++) {
+        done = atomic_load_explicit(&s->state, memory_order_acquire) == SLOT_DONE;
+        if (!done)
+            sched_yield();
+    }
+    if (!done) {
+        uint32_t expect = SLOT_PENDING;
+        if (atomic_compare_exchange_strong(&s->state, &expect, SLOT_WAITING))
+            while (atomic_load_explicit(&s->state, memory_order_acquire) != SLOT_DONE)
+                futex_wait(&s->state, SLOT_WAITING);
+    }
+    tp_delay(r->rtt_ns - half); /* answer in flight */
+    *chunk = s->chunk;
+    return s->result;
+}
+
+static unsigned order_of(size_t size)
+{
+    unsigned k = 0;
+    while ((CHUNK_BYTES << k) < size)
+        k++;
+    return k;
+}
+
+static int rpc_alloc(void *self, size_t size, fmem_handle *out, struct op_cost *c)
+{
+    *c = (struct op_cost){.rtts = 1};
+    unsigned o = order_of(size);
+    uint64_t chunk = 0;
+    int rc = call(self, REQ_ALLOC, o, &chunk);
+    if (rc == 0)
+        *out = (fmem_handle){.addr = chunk * CHUNK_BYTES, .length = CHUNK_BYTES << o};
+    return rc;
+}
+
+static int rpc_free(void *self, const fmem_handle *h, struct op_cost *c)
+{
+    *c = (struct op_cost){.rtts = 1};
+    if (h->addr % CHUNK_BYTES || h->length < CHUNK_BYTES)
+        return FMEM_EBADHANDLE;
+    uint64_t chunk = h->addr / CHUNK_BYTES;
+    return call(self, REQ_FREE, order_of(h->length), &chunk);
+}
+
+static void rpc_set_rtt(void *self, uint64_t rtt_ns)
+{
+    struct rpc *r = self;
+    r->rtt_ns = rtt_ns;
+}
+
+const struct allocator alloc_rpc = {
+    .name = "rpc",
+    .what = "one server thread with a buddy allocator, shared-memory request queue (FUSEE style)",
+    .open = rpc_open,
+    .close = rpc_close,
+    .alloc = rpc_alloc,
+    .free = rpc_free,
+    .set_rtt = rpc_set_rtt,
+};

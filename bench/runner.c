@@ -1,0 +1,159 @@
+/* runner.c - one configuration: open the allocator, start the worker
+ * threads (small stacks, so that hundreds are cheap), run the workload's
+ * setup with the injected delay off, measure for --seconds, aggregate. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "bench.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define WORKER_STACK (1024 * 1024) /* sanitizers need more stack */
+#else
+#define WORKER_STACK (64 * 1024)
+#endif
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct run_shared *sh = w->sh;
+    rng_seed(&w->rng, sh->o->seed ^ ((uint64_t)(w->index + 1) << 32));
+    sh->wl->setup(w);
+    pthread_barrier_wait(&sh->barrier); /* setup done */
+    pthread_barrier_wait(&sh->barrier); /* go */
+    w->measuring = true;
+    while (!atomic_load_explicit(&sh->stop, memory_order_relaxed))
+        if (!sh->wl->step(w))
+            sched_yield();
+    w->r.t_end = bench_now_ns();
+    atomic_fetch_add(&sh->done, 1);
+    return NULL;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts))
+        ;
+}
+
+static void aggregate(const struct worker *ws, unsigned n, uint64_t t0, struct hist *lat,
+                      struct run_result *out)
+{
+    uint64_t cas = 0, log_cas = 0, retries = 0, free_cas = 0, free_ns = 0, free_calls = 0,
+             rtts = 0, free_rtts = 0, t_end = t0;
+    for (unsigned i = 0; i < n; i++) {
+        const struct thread_result *r = &ws[i].r;
+        hist_merge(lat, r->lat);
+        out->allocs += r->allocs;
+        out->frees += r->frees;
+        out->failed += r->failed;
+        out->aborted += r->aborted;
+        out->errors += r->errors;
+        cas += r->cas;
+        log_cas += r->log_cas;
+        retries += r->retries;
+        free_cas += r->free_cas;
+        rtts += r->rtts;
+        free_rtts += r->free_rtts;
+        free_ns += r->free_ns;
+        free_calls += r->free_calls;
+        if (r->retries_max > out->retries_max)
+            out->retries_max = r->retries_max;
+        if (r->retries_max_all > out->retries_max_all)
+            out->retries_max_all = r->retries_max_all;
+        if (r->t_end > t_end)
+            t_end = r->t_end;
+        if (r->errors && r->first_error)
+            fprintf(stderr, "fmem-bench: %s/%s/%u: thread %u: %llu errors, first: %s\n",
+                    out->alloc, out->workload, n, i, (unsigned long long)r->errors,
+                    r->first_error == BENCH_EABORT ? "aborted" : fmem_strerror(r->first_error));
+    }
+    double calls = (double)lat->count;
+    out->elapsed_s = (double)(t_end - t0) / 1e9;
+    out->ops_per_s = out->elapsed_s > 0 ? (double)out->allocs / out->elapsed_s : 0;
+    out->lat_avg_us = calls ? (double)lat->sum / calls / 1e3 : 0;
+    out->lat_p50_us = hist_quantile(lat, 0.50) / 1e3;
+    out->lat_p99_us = hist_quantile(lat, 0.99) / 1e3;
+    out->lat_max_us = (double)lat->max / 1e3;
+    out->free_avg_us = free_calls ? (double)free_ns / (double)free_calls / 1e3 : 0;
+    out->cas_per_op = calls ? (double)(cas - log_cas) / calls : 0;
+    out->log_cas_per_op = calls ? (double)log_cas / calls : 0;
+    out->retries_per_op = calls ? (double)retries / calls : 0;
+    out->free_cas_per_op = free_calls ? (double)free_cas / (double)free_calls : 0;
+    out->rtt_per_op = calls ? (double)rtts / calls : 0;
+    out->free_rtt_per_op = free_calls ? (double)free_rtts / (double)free_calls : 0;
+}
+
+int run_config(const struct bench_opts *o, const struct allocator *a, const struct workload *wl,
+               unsigned threads, struct run_result *out)
+{
+    *out = (struct run_result){.alloc = a->name, .workload = wl->name, .threads = threads,
+                               .rtt_ns = o->rtt_ns};
+    struct run_shared *sh = calloc(1, sizeof *sh);
+    struct worker *ws = calloc(threads, sizeof *ws);
+    pthread_t *tids = calloc(threads, sizeof *tids);
+    struct hist *lat = calloc(1, sizeof *lat);
+    if (!sh || !ws || !tids || !lat) {
+        fprintf(stderr, "fmem-bench: out of memory\n");
+        exit(1);
+    }
+    sh->o = o;
+    sh->a = a;
+    sh->wl = wl;
+    sh->threads = threads;
+    sh->pool_target = (uint64_t)(o->occupancy * (double)o->pool_bytes);
+    struct alloc_params ap = {.pool_bytes = o->pool_bytes, .rtt_ns = o->rtt_ns,
+                              .threads = threads, .abort = &sh->abort};
+    int rc = a->open(&ap, &sh->self);
+    if (rc) {
+        fprintf(stderr, "fmem-bench: %s: cannot open: %s\n", a->name, fmem_strerror(rc));
+        free(sh), free(ws), free(tids), free(lat);
+        return -1;
+    }
+    a->set_rtt(sh->self, 0); /* setup is not measured: do it fast */
+    pthread_barrier_init(&sh->barrier, NULL, threads + 1);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, WORKER_STACK);
+    for (unsigned i = 0; i < threads; i++) {
+        ws[i].sh = sh;
+        ws[i].index = i;
+        ws[i].r.lat = calloc(1, sizeof *ws[i].r.lat);
+        if (!ws[i].r.lat || pthread_create(&tids[i], &attr, worker_main, &ws[i])) {
+            fprintf(stderr, "fmem-bench: cannot start thread %u of %u\n", i + 1, threads);
+            exit(1);
+        }
+    }
+    pthread_attr_destroy(&attr);
+    pthread_barrier_wait(&sh->barrier);
+    a->set_rtt(sh->self, o->rtt_ns);
+    uint64_t t0 = bench_now_ns();
+    pthread_barrier_wait(&sh->barrier);
+    sleep_ns((uint64_t)(o->seconds * 1e9));
+    atomic_store(&sh->stop, true);
+    /* calls in flight finish; a baseline that overstays the grace time is
+     * told to give up (those calls count as aborted, not measured) */
+    uint64_t deadline = bench_now_ns() + 2000000000u + (uint64_t)(2 * o->seconds * 1e9);
+    while (atomic_load(&sh->done) < threads && bench_now_ns() < deadline)
+        sleep_ns(1000000);
+    atomic_store(&sh->abort, true);
+    for (unsigned i = 0; i < threads; i++)
+        pthread_join(tids[i], NULL);
+    aggregate(ws, threads, t0, lat, out);
+    if (a->totals) {
+        struct alloc_totals t = {0};
+        a->totals(sh->self, &t);
+        out->have_stats_retries = t.have_max_retries;
+        out->stats_max_retries = t.max_retries;
+    }
+    a->close(sh->self);
+    pthread_barrier_destroy(&sh->barrier);
+    for (unsigned i = 0; i < threads; i++) {
+        free(ws[i].r.lat);
+        free(ws[i].live);
+    }
+    free(sh), free(ws), free(tids), free(lat);
+    return 0;
+}
