@@ -88,8 +88,6 @@ int main(int argc, char **argv)
     fmem_close(idle);
     fmem_close(victim);
     fmem_close(rescuer);
-    char path[96];
-    snprintf(path, sizeof path, "/dev/shm/fmem-recbench-%d", getpid());
-    unlink(path);
+    fmem_unlink(uri);
     return rs.blocks_freed == (uint64_t)made && st.allocated_bytes == 0 ? 0 : 1;
 }

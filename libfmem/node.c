@@ -153,15 +153,12 @@ int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
 {
     struct geometry g;
     if (created) {
-        uint64_t nsec = (tp->size >> SECTION_SHIFT);
-        /* largest pool whose metadata + data fit in the file */
-        while (nsec > 0) {
-            layout_geometry(nsec, 4096, &g);
-            if (g.total_size <= tp->size)
-                break;
-            nsec--;
-        }
-        if (nsec == 0)
+        /* the creator sized the parts from the geometry: recompute it */
+        uint64_t nsec = (tp->size - tp->meta_size) >> SECTION_SHIFT;
+        layout_geometry(nsec, 4096, &g);
+        if (g.data_off != tp->meta_size)
+            layout_geometry(nsec, 2u << 20, &g);
+        if (nsec == 0 || g.data_off != tp->meta_size || g.total_size != tp->size)
             return FMEM_ESIZE;
         format_pool(tp, &g);
     } else {
@@ -180,6 +177,8 @@ int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
         int rc = layout_check_hdr(&h, tp->size, &g);
         if (rc)
             return rc;
+        if (g.data_off != tp->meta_size)
+            return FMEM_ECORRUPT;
     }
     struct node *n = calloc(1, sizeof *n);
     if (!n)

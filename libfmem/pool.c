@@ -1,22 +1,53 @@
 /* pool.c - the public API: a pool is one or more memory nodes; allocations
  * are spread across them round robin, falling over to the next node when
  * one is full. */
+#include <linux/magic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
 #include "fmem.h"
 #include "pool_internal.h"
 #include "protocol.h"
 #include "uri.h"
 
+/* Data bytes rounded up to whole sections; metadata sized to match. */
+static void sizes_for(uint64_t data, uint64_t align, uint64_t *meta_size, uint64_t *data_size)
+{
+    uint64_t nsec = (data + FMEM_SECTION_SIZE - 1) / FMEM_SECTION_SIZE;
+    if (nsec == 0)
+        nsec = 1;
+    struct geometry g;
+    layout_geometry(nsec, align, &g);
+    *meta_size = g.data_off;
+    *data_size = g.data_size;
+}
+
+/* hugetlbfs files must be sized in whole huge pages */
+static uint64_t file_align(const struct node_uri *u)
+{
+    struct statfs sf;
+    char dir[PATH_MAX];
+    if (u->kind != URI_FILE)
+        return 4096;
+    snprintf(dir, sizeof dir, "%s", u->path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = 0;
+    return statfs(dir, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC ? (2u << 20) : 4096;
+}
+
 static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size)
 {
     struct shm_params sp = {
         .path = u->kind == URI_MEM ? NULL : u->path,
-        .size = size,
         .create = u->create,
         .rtt_ns = u->rtt_ns,
     };
+    if (size)
+        sizes_for(size, file_align(u), &sp.meta_size, &sp.data_size);
     struct transport *tp;
     int created = 0;
     int rc = shm_transport_open(&sp, &tp, &created);
@@ -31,17 +62,6 @@ static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t siz
     n->index = p->nnodes;
     p->nodes[p->nnodes++] = n;
     return 0;
-}
-
-/* File size for a pool holding `data` bytes of chunks (whole sections). */
-static uint64_t file_size_for(uint64_t data)
-{
-    uint64_t nsec = (data + FMEM_SECTION_SIZE - 1) / FMEM_SECTION_SIZE;
-    if (nsec == 0)
-        nsec = 1;
-    struct geometry g;
-    layout_geometry(nsec, 4096, &g);
-    return g.total_size;
 }
 
 int fmem_open(const char *uri, fmem_pool **out)
@@ -77,7 +97,7 @@ int fmem_open(const char *uri, fmem_pool **out)
                 rc = FMEM_EURI;
                 break;
             }
-            rc = open_node(p, u, size ? file_size_for(size) : 0);
+            rc = open_node(p, u, size);
         }
     }
 out:
@@ -88,6 +108,25 @@ out:
     }
     *out = p;
     return 0;
+}
+
+int fmem_unlink(const char *uri)
+{
+    struct node_uri *us = calloc(URI_MAX_NODES, sizeof *us);
+    if (!us)
+        return FMEM_ENOMEM;
+    int n = uri_parse(uri, us, URI_MAX_NODES), rc = n < 0 ? n : 0;
+    for (int i = 0; i < n; i++) {
+        if (us[i].kind == URI_MEM)
+            continue;
+        char data_path[PATH_MAX + 8];
+        snprintf(data_path, sizeof data_path, "%s.data", us[i].path);
+        if (unlink(us[i].path) < 0 && rc == 0)
+            rc = FMEM_EIO;
+        unlink(data_path);
+    }
+    free(us);
+    return rc;
 }
 
 void fmem_close(fmem_pool *p)

@@ -5,6 +5,7 @@
 #define FMEM_TRANSPORT_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,7 @@ struct transport_ops {
 struct transport {
     const struct transport_ops *ops;
     uint64_t size;     /* bytes addressable */
+    uint64_t meta_size; /* of which metadata (the data follows) */
     void *base;        /* direct mapping of the whole pool, or NULL */
     uint64_t rtt_ns;   /* injected delay per round trip */
     const char *name;  /* "shm", ... */
@@ -56,17 +58,24 @@ void tp_close(struct transport *t);
 /* Wait `ns` nanoseconds without holding the core (models a network wait). */
 void tp_delay(uint64_t ns);
 
-/* ---- shared-memory transport ------------------------------------------- */
+/* ---- shared-memory transport -------------------------------------------
+ * A pool is two files mapped back to back: the metadata (pool header,
+ * headers, keys, logs) and the data. Applications of a service are given the
+ * data file only, never the metadata. */
 struct shm_params {
-    const char *path;   /* NULL: anonymous memfd */
-    uint64_t size;      /* bytes wanted when creating; 0: open existing */
-    int create;         /* create the file when absent */
+    const char *path;   /* metadata file; data in "<path>.data"; NULL: memfds */
+    uint64_t meta_size; /* when creating: bytes of each part */
+    uint64_t data_size;
+    int create;         /* create the files when absent */
     uint64_t rtt_ns;
+    bool from_fds;      /* map these open files instead (the transport takes */
+    int meta_fd;        /*  ownership of them) */
+    int data_fd;
 };
-/* Open or create the backing file and map it. *created tells which. */
-int shm_transport_open(const struct shm_params *p, struct transport **out,
-                       int *created);
-/* The file descriptor behind a shm transport (for handing to other processes). */
-int shm_transport_fd(const struct transport *t);
+/* Open or create the backing files and map them. *created tells which. */
+int shm_transport_open(const struct shm_params *p, struct transport **out, int *created);
+/* The files behind a shm transport (for handing to other processes). */
+int shm_transport_meta_fd(const struct transport *t);
+int shm_transport_data_fd(const struct transport *t);
 
 #endif

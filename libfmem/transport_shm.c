@@ -4,6 +4,8 @@
  * by an injected round trip so that contention behaves as over a network. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,9 @@
 
 struct shm_transport {
     struct transport t;
-    int fd;
+    int meta_fd, data_fd;
+    void *map_base; /* the reservation holding both mappings */
+    uint64_t map_len;
 };
 
 static int shm_batch(struct transport *t, struct tp_op *ops, size_t n)
@@ -66,75 +70,154 @@ static void shm_close(struct transport *t)
 {
     struct shm_transport *s = (struct shm_transport *)t;
     if (t->base)
-        munmap(t->base, t->size);
-    if (s->fd >= 0)
-        close(s->fd);
+        munmap(s->map_base, s->map_len);
+    if (s->meta_fd >= 0)
+        close(s->meta_fd);
+    if (s->data_fd >= 0)
+        close(s->data_fd);
     free(s);
 }
 
 static const struct transport_ops shm_ops = {.batch = shm_batch, .close = shm_close};
 
-int shm_transport_fd(const struct transport *t)
+int shm_transport_meta_fd(const struct transport *t)
 {
-    return ((const struct shm_transport *)t)->fd;
+    return ((const struct shm_transport *)t)->meta_fd;
+}
+
+int shm_transport_data_fd(const struct transport *t)
+{
+    return ((const struct shm_transport *)t)->data_fd;
+}
+
+static uint64_t file_size(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+static uint64_t file_size(int fd);
+
+/* Open (or create) the two files of a named pool. */
+static int open_files(const struct shm_params *p, int *meta_fd, int *data_fd, int *made)
+{
+    char data_path[PATH_MAX];
+    if (snprintf(data_path, sizeof data_path, "%s.data", p->path) >= (int)sizeof data_path)
+        return FMEM_EINVAL;
+    *made = 0;
+    int mfd = open(p->path, O_RDWR | O_CLOEXEC);
+    if (mfd < 0 && errno == ENOENT && p->create && p->meta_size) {
+        mfd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (mfd >= 0)
+            *made = 1;
+        else if (errno == EEXIST) /* lost a race with another creator */
+            mfd = open(p->path, O_RDWR | O_CLOEXEC);
+    }
+    if (mfd < 0)
+        return FMEM_EIO;
+    int dfd;
+    if (*made) {
+        dfd = open(data_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    } else {
+        /* the creator makes the data file right after the (still empty)
+         * metadata file; a sized metadata file without one is no pool */
+        for (int i = 0; (dfd = open(data_path, O_RDWR | O_CLOEXEC)) < 0 && errno == ENOENT &&
+                        file_size(mfd) == 0 && i < 200;
+             i++)
+            usleep(10000);
+    }
+    if (dfd < 0) {
+        int e = errno;
+        if (*made)
+            unlink(p->path);
+        close(mfd);
+        errno = e;
+        return e == ENOENT ? FMEM_ECORRUPT : FMEM_EIO;
+    }
+    *meta_fd = mfd;
+    *data_fd = dfd;
+    return 0;
+}
+
+/* Map metadata and data back to back, the data 2 MiB aligned. */
+static int map_pool(struct shm_transport *s, uint64_t meta, uint64_t data)
+{
+    const uint64_t align = 2u << 20;
+    s->map_len = meta + data + align;
+    char *r = mmap(NULL, s->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED)
+        return FMEM_EIO;
+    s->map_base = r;
+    uintptr_t d = ((uintptr_t)r + meta + align - 1) & ~(uintptr_t)(align - 1);
+    char *base = (char *)d - meta;
+    if (mmap(base, meta, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->meta_fd, 0) == MAP_FAILED ||
+        mmap(base + meta, data, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->data_fd, 0) == MAP_FAILED) {
+        munmap(r, s->map_len);
+        return FMEM_EIO;
+    }
+    s->t.base = base;
+    return 0;
 }
 
 int shm_transport_open(const struct shm_params *p, struct transport **out, int *created)
 {
-    int fd, made = 0;
-    if (!p->path) {
-        fd = memfd_create("fmem-pool", MFD_CLOEXEC);
-        made = 1;
-    } else {
-        fd = open(p->path, O_RDWR | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT && p->create && p->size) {
-            fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-            made = fd >= 0;
-            if (fd < 0 && errno == EEXIST) /* lost a race with another creator */
-                fd = open(p->path, O_RDWR | O_CLOEXEC);
-        }
-    }
-    if (fd < 0)
-        return FMEM_EIO;
-    uint64_t size;
-    if (made) {
-        if (ftruncate(fd, (off_t)p->size) < 0)
-            goto fail;
-        size = p->size;
-    } else {
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-            goto fail;
-        size = (uint64_t)st.st_size;
-        if (size == 0) { /* creator has not sized it yet, or not a pool */
-            close(fd);
-            return FMEM_ECORRUPT;
-        }
-    }
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED)
-        goto fail;
     struct shm_transport *s = calloc(1, sizeof *s);
-    if (!s) {
-        munmap(base, size);
-        close(fd);
+    if (!s)
         return FMEM_ENOMEM;
+    s->meta_fd = s->data_fd = -1;
+    int made = 0, rc = 0;
+    if (p->from_fds) {
+        s->meta_fd = p->meta_fd;
+        s->data_fd = p->data_fd;
+    } else if (!p->path) {
+        s->meta_fd = memfd_create("fmem-meta", MFD_CLOEXEC);
+        s->data_fd = memfd_create("fmem-data", MFD_CLOEXEC);
+        made = 1;
+        if (s->meta_fd < 0 || s->data_fd < 0)
+            rc = FMEM_EIO;
+    } else {
+        rc = open_files(p, &s->meta_fd, &s->data_fd, &made);
     }
-    s->fd = fd;
+    uint64_t meta = 0, data = 0;
+    if (rc == 0 && made) {
+        meta = p->meta_size;
+        data = p->data_size;
+        if (!meta || !data || ftruncate(s->meta_fd, (off_t)meta) < 0 ||
+            ftruncate(s->data_fd, (off_t)data) < 0)
+            rc = meta && data ? FMEM_EIO : FMEM_EINVAL;
+    } else if (rc == 0) {
+        /* a creator may not have sized the files yet */
+        for (int i = 0; i < 200; i++) {
+            meta = file_size(s->meta_fd);
+            data = file_size(s->data_fd);
+            if (meta && data)
+                break;
+            usleep(10000);
+        }
+        if (!meta || !data)
+            rc = FMEM_ECORRUPT;
+    }
+    if (rc == 0)
+        rc = map_pool(s, meta, data);
+    if (rc) {
+        int e = errno;
+        if (made && p->path) {
+            char data_path[PATH_MAX];
+            unlink(p->path);
+            snprintf(data_path, sizeof data_path, "%s.data", p->path);
+            unlink(data_path);
+        }
+        shm_close(&s->t);
+        errno = e;
+        return rc;
+    }
     s->t.ops = &shm_ops;
-    s->t.size = size;
-    s->t.base = base;
+    s->t.size = meta + data;
+    s->t.meta_size = meta;
     s->t.rtt_ns = p->rtt_ns;
     s->t.name = "shm";
     *out = &s->t;
     if (created)
         *created = made;
     return 0;
-fail:;
-    int e = errno;
-    if (made && p->path)
-        unlink(p->path);
-    close(fd);
-    errno = e;
-    return FMEM_EIO;
 }

@@ -160,7 +160,5 @@ ParameterizedTest(struct crash_case *cc, crash, every_point, .timeout = 60)
                  "whole pool not allocatable after crash at %s", crash_point_names[cc->cp]);
     fmem_close(p);
     munmap(child_uid, 4096);
-    char path[96];
-    snprintf(path, sizeof path, "/dev/shm/%s", name);
-    unlink(path);
+    cr_assert_eq(fmem_unlink(uri), 0);
 }

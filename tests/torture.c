@@ -240,8 +240,6 @@ int main(int argc, char **argv)
     printf("kills=%ld lost=%llu double=%llu verifier=%s\n", kills, (unsigned long long)lost,
            (unsigned long long)doubles, clean ? "clean" : "dirty");
     fmem_close(p);
-    char path[160];
-    snprintf(path, sizeof path, "/dev/shm/fmem-torture-%d", getpid());
-    unlink(path);
+    fmem_unlink(uri);
     return (lost || doubles || !clean || errors || failures) ? 1 : 0;
 }

@@ -101,6 +101,9 @@ typedef struct fmem_stats_t {
 #define FMEM_DEFAULT_SIZE ((uint64_t)1 << 30)
 FMEM_API int fmem_open(const char *uri, fmem_pool **out);
 FMEM_API void fmem_close(fmem_pool *pool);
+/* Remove the files of the named pool(s) in `uri` (shm:, file:). Processes
+ * that have it open keep using it until they close it. */
+FMEM_API int fmem_unlink(const char *uri);
 
 /* Allocate at least `size` bytes (rounded up to 4 KiB x 2^k). */
 FMEM_API int fmem_alloc(fmem_pool *pool, size_t size, fmem_handle *out);
