@@ -37,7 +37,8 @@ static int fa_open(const struct alloc_params *p, void **self)
         return FMEM_ENOMEM;
     fa->nchunks = p->pool_bytes / CHUNK_BYTES;
     fa->abort = p->abort;
-    struct shm_params sp = {.path = NULL, .size = (fa->nchunks * 8 + 4095) & ~UINT64_C(4095),
+    struct shm_params sp = {.path = NULL, .meta_size = (fa->nchunks * 8 + 4095) & ~UINT64_C(4095),
+                            .data_size = 4096,
                             .create = 1, .rtt_ns = p->rtt_ns};
     int rc = shm_transport_open(&sp, &fa->tp, NULL); /* a memfd reads as zeros: all free */
     if (rc) {

@@ -53,6 +53,8 @@ struct rpc {
     _Alignas(64) uint64_t head;         /* server only */
     _Alignas(64) _Atomic uint32_t server_sleeping;
     _Atomic bool stop;
+    /* server load, for the report: written by the server only */
+    _Atomic uint64_t busy_ns, requests;
     pthread_t server;
 };
 
@@ -83,7 +85,8 @@ static void enqueue(struct rpc *r, uint32_t slot)
             if (atomic_compare_exchange_weak_explicit(&r->tail, &pos, pos + 1,
                                                       memory_order_relaxed, memory_order_relaxed)) {
                 c->slot = slot;
-                atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+                /* seq_cst: ordered before the load of server_sleeping */
+                atomic_store_explicit(&c->seq, pos + 1, memory_order_seq_cst);
                 return;
             }
         } else if (dif < 0) {
@@ -98,7 +101,7 @@ static void enqueue(struct rpc *r, uint32_t slot)
 static bool queue_ready(struct rpc *r)
 {
     struct cell *c = &r->cells[r->head & r->mask];
-    return atomic_load_explicit(&c->seq, memory_order_acquire) == r->head + 1;
+    return atomic_load_explicit(&c->seq, memory_order_seq_cst) == r->head + 1;
 }
 
 static bool dequeue(struct rpc *r, uint32_t *slot)
@@ -125,14 +128,29 @@ static void serve(struct rpc *r, struct slot *s)
         futex_wake(&s->state);
 }
 
+static void add_relaxed(_Atomic uint64_t *a, uint64_t v)
+{
+    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
 static void *server_main(void *arg)
 {
     struct rpc *r = arg;
+    uint64_t busy_since = 0, served = 0; /* current busy period */
     for (;;) {
         uint32_t slot;
         if (dequeue(r, &slot)) {
+            if (!busy_since)
+                busy_since = bench_now_ns();
             serve(r, &r->slots[slot]);
+            served++;
             continue;
+        }
+        if (busy_since) { /* the queue ran dry: account the busy period */
+            add_relaxed(&r->busy_ns, bench_now_ns() - busy_since);
+            add_relaxed(&r->requests, served);
+            busy_since = served = 0;
         }
         if (atomic_load(&r->stop))
             return NULL;
@@ -143,9 +161,10 @@ static void *server_main(void *arg)
         }
         if (work)
             continue;
-        /* sleep; a client that posts after this store sees it and wakes us */
+        /* sleep. All four accesses (this store, the queue check, a client's
+         * post, its check of the flag) are seq_cst: either we see the post
+         * or the client sees the flag and wakes us. */
         atomic_store(&r->server_sleeping, 1);
-        atomic_thread_fence(memory_order_seq_cst);
         if (queue_ready(r) || atomic_load(&r->stop)) {
             atomic_store(&r->server_sleeping, 0);
             continue;
@@ -156,7 +175,6 @@ static void *server_main(void *arg)
 
 static void wake_server(struct rpc *r)
 {
-    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load(&r->server_sleeping) && atomic_exchange(&r->server_sleeping, 0))
         futex_wake(&r->server_sleeping);
 }
@@ -280,6 +298,14 @@ static int rpc_free(void *self, const fmem_handle *h, struct op_cost *c)
     return call(self, REQ_FREE, order_of(h->length), &chunk);
 }
 
+static void rpc_totals(void *self, struct alloc_totals *t)
+{
+    struct rpc *r = self;
+    t->have_server = true;
+    t->server_busy_ns = atomic_load_explicit(&r->busy_ns, memory_order_relaxed);
+    t->server_requests = atomic_load_explicit(&r->requests, memory_order_relaxed);
+}
+
 static void rpc_set_rtt(void *self, uint64_t rtt_ns)
 {
     struct rpc *r = self;
@@ -294,4 +320,5 @@ const struct allocator alloc_rpc = {
     .alloc = rpc_alloc,
     .free = rpc_free,
     .set_rtt = rpc_set_rtt,
+    .totals = rpc_totals,
 };

@@ -67,6 +67,9 @@ struct alloc_params {
 struct alloc_totals {
     bool have_max_retries;
     uint64_t max_retries; /* most CAS failures of one allocation, pool-wide */
+    bool have_server;
+    uint64_t server_busy_ns; /* time the server spent serving, cumulative */
+    uint64_t server_requests;
 };
 
 /* One allocator under test. Blocks are named by fmem_handle for all of them
@@ -82,7 +85,8 @@ struct allocator {
     /* Change the injected delay; only called while no thread is inside a
      * call (setup phases run without delay). */
     void (*set_rtt)(void *self, uint64_t rtt_ns);
-    void (*totals)(void *self, struct alloc_totals *t); /* may be NULL */
+    /* Pool-wide figures; called after setup and after the run (may be NULL). */
+    void (*totals)(void *self, struct alloc_totals *t);
 };
 
 extern const struct allocator alloc_fmem, alloc_fmem_nolog, alloc_freearray, alloc_rpc,
@@ -201,6 +205,9 @@ struct run_result {
     uint64_t retries_max, retries_max_all;
     bool have_stats_retries;
     uint64_t stats_max_retries;
+    bool have_server;
+    double server_busy;        /* fraction of the measured time */
+    double server_req_per_s;
 };
 
 /* Run one configuration; 0, or -1 when the allocator could not be opened. */

@@ -62,6 +62,9 @@ void report_row(const struct bench_opts *o, const struct run_result *r)
         printf(",\"size\":%llu", (unsigned long long)o->size);
     if (r->have_stats_retries)
         printf(",\"stats_max_retries\":%llu", (unsigned long long)r->stats_max_retries);
+    if (r->have_server)
+        printf(",\"server_busy\":%.4f,\"server_req_per_s\":%.1f", r->server_busy,
+               r->server_req_per_s);
     printf("}\n");
     fflush(stdout);
 }
@@ -134,9 +137,13 @@ static void scaling(FILE *f, const struct bench_opts *o, const struct run_result
         return;
     fprintf(f,
             "%s scaling (%s): allocs/s at %u threads / allocs/s at %u threads: %.2f "
-            "(%.0f vs %.0f; peak %.0f at %u threads)\n",
+            "(%.0f vs %.0f; peak %.0f at %u threads)",
             alloc, wl, hi->threads, lo->threads, ratio(hi->ops_per_s, lo->ops_per_s),
             hi->ops_per_s, lo->ops_per_s, peak->ops_per_s, peak->threads);
+    if (hi->have_server) /* is the single server thread the limit? */
+        fprintf(f, "; server busy %.0f%% at %u threads, %.0f%% at %u", 100 * hi->server_busy,
+                hi->threads, 100 * lo->server_busy, lo->threads);
+    fputc('\n', f);
 }
 
 void report_comparisons(const struct bench_opts *o, const struct run_result *rs, size_t n)

@@ -129,6 +129,9 @@ int run_config(const struct bench_opts *o, const struct allocator *a, const stru
     pthread_attr_destroy(&attr);
     pthread_barrier_wait(&sh->barrier);
     a->set_rtt(sh->self, o->rtt_ns);
+    struct alloc_totals before = {0}, after = {0};
+    if (a->totals)
+        a->totals(sh->self, &before);
     uint64_t t0 = bench_now_ns();
     pthread_barrier_wait(&sh->barrier);
     sleep_ns((uint64_t)(o->seconds * 1e9));
@@ -143,10 +146,16 @@ int run_config(const struct bench_opts *o, const struct allocator *a, const stru
         pthread_join(tids[i], NULL);
     aggregate(ws, threads, t0, lat, out);
     if (a->totals) {
-        struct alloc_totals t = {0};
-        a->totals(sh->self, &t);
-        out->have_stats_retries = t.have_max_retries;
-        out->stats_max_retries = t.max_retries;
+        a->totals(sh->self, &after);
+        out->have_stats_retries = after.have_max_retries;
+        out->stats_max_retries = after.max_retries;
+        out->have_server = after.have_server;
+        if (after.have_server && out->elapsed_s > 0) {
+            out->server_busy = (double)(after.server_busy_ns - before.server_busy_ns) / 1e9 /
+                               out->elapsed_s;
+            out->server_req_per_s =
+                (double)(after.server_requests - before.server_requests) / out->elapsed_s;
+        }
     }
     a->close(sh->self);
     pthread_barrier_destroy(&sh->barrier);
