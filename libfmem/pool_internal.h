@@ -8,7 +8,21 @@
 #include "node.h"
 #include "uri.h"
 
+/* What a backend implements; pool.c has checked the pointers. */
+struct pool_ops {
+    int (*alloc)(fmem_pool *p, size_t size, fmem_handle *out);
+    int (*free)(fmem_pool *p, const fmem_handle *h);
+    int (*map)(fmem_pool *p, const fmem_handle *h, void **ptr);
+    int (*read)(fmem_pool *p, const fmem_handle *h, uint64_t off, void *dst, size_t len);
+    int (*write)(fmem_pool *p, const fmem_handle *h, uint64_t off, const void *src, size_t len);
+    int (*stats)(fmem_pool *p, fmem_stats_t *st);
+    void (*close)(fmem_pool *p);
+};
+
 struct fmem_pool {
+    const struct pool_ops *ops;
+    void *backend; /* backend state other than the embedded one's */
+    /* embedded backend */
     struct node *nodes[URI_MAX_NODES];
     unsigned nnodes;
     _Atomic unsigned rr; /* round-robin cursor over nodes */
@@ -16,6 +30,7 @@ struct fmem_pool {
     _Atomic uint64_t size_class[FMEM_SIZE_CLASSES];
 };
 
+int embedded_open(const char *uri, fmem_pool **out);
 int pool_resolve(fmem_pool *p, const fmem_handle *h, struct node **n, uint64_t *chunk,
                  unsigned *log2c);
 

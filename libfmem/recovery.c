@@ -92,6 +92,8 @@ int fmem_recover(fmem_pool *p, unsigned uid, fmem_recovery_stats *out)
 {
     if (!p || uid == 0 || uid > MAX_UID)
         return FMEM_EINVAL;
+    if (p->nnodes == 0) /* not an embedded pool: the memory node recovers */
+        return FMEM_ENOTSUP;
     for (unsigned i = 0; i < p->nnodes; i++)
         if (p->nodes[i]->uid == uid)
             return FMEM_EBUSY; /* that is us: we are not dead */

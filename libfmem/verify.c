@@ -130,6 +130,8 @@ int fmem_verify(fmem_pool *p, fmem_verify_report *report, FILE *detail)
 {
     if (!p || !report)
         return FMEM_EINVAL;
+    if (p->nnodes == 0) /* not an embedded pool */
+        return FMEM_ENOTSUP;
     memset(report, 0, sizeof *report);
     struct vctx v = {.r = report, .detail = detail};
     for (unsigned i = 0; i < p->nnodes; i++) {

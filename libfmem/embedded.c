@@ -1,0 +1,280 @@
+/* embedded.c - the embedded backend of fmem_pool: this process runs the
+ * allocation protocol itself on one or more memory nodes; allocations are
+ * spread across them round robin, falling over to the next node when one is
+ * full. */
+#include <linux/magic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "fmem.h"
+#include "pool_internal.h"
+#include "protocol.h"
+#include "uri.h"
+
+/* Data bytes rounded up to whole sections; metadata sized to match. */
+static void sizes_for(uint64_t data, uint64_t align, uint64_t *meta_size, uint64_t *data_size)
+{
+    uint64_t nsec = (data + FMEM_SECTION_SIZE - 1) / FMEM_SECTION_SIZE;
+    if (nsec == 0)
+        nsec = 1;
+    struct geometry g;
+    layout_geometry(nsec, align, &g);
+    *meta_size = g.data_off;
+    *data_size = g.data_size;
+}
+
+/* hugetlbfs files must be sized in whole huge pages */
+static uint64_t file_align(const struct node_uri *u)
+{
+    struct statfs sf;
+    char dir[PATH_MAX];
+    if (u->kind != URI_FILE)
+        return 4096;
+    snprintf(dir, sizeof dir, "%s", u->path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = 0;
+    return statfs(dir, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC ? (2u << 20) : 4096;
+}
+
+static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size)
+{
+    struct shm_params sp = {
+        .path = u->kind == URI_MEM ? NULL : u->path,
+        .create = u->create,
+        .rtt_ns = u->rtt_ns,
+    };
+    if (size)
+        sizes_for(size, file_align(u), &sp.meta_size, &sp.data_size);
+    struct transport *tp;
+    int created = 0;
+    int rc = shm_transport_open(&sp, &tp, &created);
+    if (rc)
+        return rc;
+    struct node *n;
+    rc = node_open(tp, created, u->user, u->log, &n);
+    if (rc) {
+        tp_close(tp);
+        return rc;
+    }
+    n->index = p->nnodes;
+    p->nodes[p->nnodes++] = n;
+    return 0;
+}
+
+static void emb_close(fmem_pool *p);
+static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out);
+static int emb_free(fmem_pool *p, const fmem_handle *h);
+static int emb_map(fmem_pool *p, const fmem_handle *h, void **ptr);
+static int emb_read(fmem_pool *p, const fmem_handle *h, uint64_t offset, void *dst, size_t len);
+static int emb_write(fmem_pool *p, const fmem_handle *h, uint64_t offset, const void *src, size_t len);
+static int emb_stats(fmem_pool *p, fmem_stats_t *st);
+
+static const struct pool_ops embedded_ops = {
+    .alloc = emb_alloc,
+    .free = emb_free,
+    .map = emb_map,
+    .read = emb_read,
+    .write = emb_write,
+    .stats = emb_stats,
+    .close = emb_close,
+};
+
+int embedded_open(const char *uri, fmem_pool **out)
+{
+    struct node_uri *us = calloc(URI_MAX_NODES, sizeof *us);
+    struct fmem_pool *p = calloc(1, sizeof *p);
+    if (!us || !p) {
+        free(us);
+        free(p);
+        return FMEM_ENOMEM;
+    }
+    int n = uri_parse(uri, us, URI_MAX_NODES), rc = 0;
+    if (n < 0) {
+        rc = n;
+        goto out;
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        const struct node_uri *u = &us[i];
+        uint64_t size = u->size ? u->size : (u->kind == URI_MEM ? FMEM_DEFAULT_SIZE : 0);
+        if (size > (UINT64_C(1) << 46)) { /* 64 TiB: beyond any sane node */
+            rc = FMEM_ESIZE;
+            break;
+        }
+        for (unsigned k = 0; k < u->nodes && rc == 0; k++) {
+            if (p->nnodes >= URI_MAX_NODES) {
+                rc = FMEM_EURI;
+                break;
+            }
+            rc = open_node(p, u, size);
+        }
+    }
+out:
+    free(us);
+    if (rc) {
+        emb_close(p);
+        return rc;
+    }
+    p->ops = &embedded_ops;
+    *out = p;
+    return 0;
+}
+
+static void emb_close(fmem_pool *p)
+{
+    for (unsigned i = 0; i < p->nnodes; i++) {
+        struct transport *tp = p->nodes[i]->tp;
+        node_close(p->nodes[i]);
+        tp_close(tp);
+    }
+    free(p);
+}
+
+static unsigned log2_chunks(uint64_t bytes)
+{
+    unsigned k = 0;
+    while ((FMEM_CHUNK_SIZE << k) < bytes)
+        k++;
+    return k;
+}
+
+static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out)
+{
+    uint64_t max = 0;
+    for (unsigned i = 0; i < p->nnodes; i++)
+        if (p->nodes[i]->g.data_size > max)
+            max = p->nodes[i]->g.data_size;
+    if (size == 0 || size > max) {
+        atomic_fetch_add_explicit(&p->failed_allocs, 1, memory_order_relaxed);
+        return FMEM_ESIZE;
+    }
+    unsigned k = log2_chunks(size);
+    unsigned start = atomic_fetch_add_explicit(&p->rr, 1, memory_order_relaxed);
+    int rc = FMEM_ENOMEM;
+    for (unsigned i = 0; i < p->nnodes; i++) {
+        struct node *n = p->nodes[(start + i) % p->nnodes];
+        uint64_t chunk;
+        uint32_t rkey;
+        rc = node_alloc(n, k, &chunk, &rkey);
+        uint64_t retries = node_last_retries, cur = atomic_load(&p->max_retries);
+        while (retries > cur && !atomic_compare_exchange_weak(&p->max_retries, &cur, retries))
+            ;
+        if (rc == 0) {
+            out->addr = chunk << CHUNK_SHIFT;
+            out->length = FMEM_CHUNK_SIZE << k;
+            out->rkey = rkey;
+            out->node = (uint16_t)n->index;
+            atomic_fetch_add_explicit(&p->allocs, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&p->size_class[k < FMEM_SIZE_CLASSES ? k : FMEM_SIZE_CLASSES - 1],
+                                      1, memory_order_relaxed);
+            return 0;
+        }
+        if (rc != FMEM_ENOMEM)
+            break;
+    }
+    atomic_fetch_add_explicit(&p->failed_allocs, 1, memory_order_relaxed);
+    return rc;
+}
+
+/* Resolve a handle to (node, first chunk, log2 chunks) with shape checks. */
+int pool_resolve(fmem_pool *p, const fmem_handle *h, struct node **n, uint64_t *chunk,
+                 unsigned *log2c)
+{
+    if (!p || !h)
+        return FMEM_EINVAL;
+    if (h->node >= p->nnodes || h->flags != 0 || h->length < FMEM_CHUNK_SIZE ||
+        (h->length & (h->length - 1)) || (h->addr & (FMEM_CHUNK_SIZE - 1)))
+        return FMEM_EBADHANDLE;
+    *n = p->nodes[h->node];
+    *chunk = h->addr >> CHUNK_SHIFT;
+    *log2c = log2_chunks(h->length);
+    if (*chunk >= (*n)->g.nchunks)
+        return FMEM_EBADHANDLE;
+    return 0;
+}
+
+static int emb_free(fmem_pool *p, const fmem_handle *h)
+{
+    struct node *n;
+    uint64_t chunk;
+    unsigned k;
+    int rc = pool_resolve(p, h, &n, &chunk, &k);
+    if (rc)
+        return rc;
+    rc = node_free(n, chunk, k, h->rkey);
+    if (rc == 0)
+        atomic_fetch_add_explicit(&p->frees, 1, memory_order_relaxed);
+    return rc;
+}
+
+static int access_range(fmem_pool *p, const fmem_handle *h, uint64_t offset, size_t len,
+                        struct node **n, uint64_t *chunk)
+{
+    unsigned k;
+    int rc = pool_resolve(p, h, n, chunk, &k);
+    if (rc)
+        return rc;
+    if (offset > h->length || len > h->length - offset)
+        return FMEM_ERANGE;
+    return node_check_access(*n, *chunk, k, h->rkey);
+}
+
+static int emb_map(fmem_pool *p, const fmem_handle *h, void **ptr)
+{
+    struct node *n;
+    uint64_t chunk;
+    int rc = access_range(p, h, 0, 0, &n, &chunk);
+    if (rc)
+        return rc;
+    if (!n->tp->base)
+        return FMEM_ENOTSUP;
+    *ptr = (char *)n->tp->base + data_off(n, chunk);
+    return 0;
+}
+
+static int emb_read(fmem_pool *p, const fmem_handle *h, uint64_t offset, void *dst, size_t len)
+{
+    struct node *n;
+    uint64_t chunk;
+    int rc = access_range(p, h, offset, len, &n, &chunk);
+    if (rc || len == 0)
+        return rc;
+    return tp_read(n->tp, data_off(n, chunk) + offset, dst, len);
+}
+
+static int emb_write(fmem_pool *p, const fmem_handle *h, uint64_t offset, const void *src, size_t len)
+{
+    struct node *n;
+    uint64_t chunk;
+    int rc = access_range(p, h, offset, len, &n, &chunk);
+    if (rc || len == 0)
+        return rc;
+    return tp_write(n->tp, data_off(n, chunk) + offset, src, len);
+}
+
+static int emb_stats(fmem_pool *p, fmem_stats_t *st)
+{
+    st->nodes = p->nnodes;
+    st->user_id = p->nnodes ? p->nodes[0]->uid : 0;
+    for (unsigned i = 0; i < p->nnodes; i++) {
+        struct node *n = p->nodes[i];
+        st->capacity_bytes += n->g.data_size;
+        st->metadata_bytes += n->g.metadata_bytes;
+        st->allocated_bytes += node_allocated_bytes(n);
+        st->cas_ops += atomic_load(&n->tp->n_cas);
+        st->cas_failures += atomic_load(&n->tp->n_cas_fail);
+        st->reads += atomic_load(&n->tp->n_reads);
+        st->writes += atomic_load(&n->tp->n_writes);
+        st->round_trips += atomic_load(&n->tp->n_rtts);
+    }
+    st->allocs = atomic_load(&p->allocs);
+    st->frees = atomic_load(&p->frees);
+    st->failed_allocs = atomic_load(&p->failed_allocs);
+    st->max_retries = atomic_load(&p->max_retries);
+    for (int i = 0; i < FMEM_SIZE_CLASSES; i++)
+        st->size_class_allocs[i] = atomic_load(&p->size_class[i]);
+    return 0;
+}
