@@ -20,6 +20,7 @@
 
 /* ---- time and random numbers -------------------------------------------- */
 uint64_t bench_now_ns(void);
+uint64_t bench_cpu_ns(void); /* CPU time of the whole process */
 
 struct rng {
     uint64_t s;
@@ -208,6 +209,7 @@ struct run_result {
     bool have_server;
     double server_busy;        /* fraction of the measured time */
     double server_req_per_s;
+    double cpu_util; /* process CPU time / elapsed: cores kept busy */
 };
 
 /* Run one configuration; 0, or -1 when the allocator could not be opened. */

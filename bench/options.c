@@ -47,6 +47,8 @@ static void usage(FILE *f)
             "  log/op     redo-log flush CAS per allocation call\n"
             "  max retry  most CAS failures of one allocation\n"
             "  RTT/op     network round trips per allocation call (a batch or an RPC is one)\n"
+            "  cpus       process CPU time / wall time: cores kept busy (waits in the\n"
+            "             injected delay spin, so a run can be bound by the cores)\n"
             "  fail       allocations that found no room (ENOMEM)\n"
             "Setup (the paper workload's fill) runs with the delay off and is not measured.\n"
             "Exit status: 0 ok, 1 runtime failure, 2 bad usage.\n");

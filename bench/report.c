@@ -1,7 +1,9 @@
 /* report.c - the table, the JSON lines, and the comparison lines that put
  * figures of the same run side by side. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -14,22 +16,26 @@ static FILE *table(const struct bench_opts *o)
 void report_header(const struct bench_opts *o)
 {
     FILE *f = table(o);
-    fprintf(f, "fmem-bench: rtt %llu ns, pool %llu MiB, churn size %llu B, %.2f s per configuration\n",
+    double load[1] = {-1};
+    getloadavg(load, 1);
+    fprintf(f,
+            "fmem-bench: rtt %llu ns, pool %llu MiB, churn size %llu B, %.2f s per configuration; "
+            "%ld cores, load average %.2f\n",
             (unsigned long long)o->rtt_ns, (unsigned long long)(o->pool_bytes >> 20),
-            (unsigned long long)o->size, o->seconds);
-    fprintf(f, "%-10s %-6s %7s %11s %9s %9s %8s %7s %7s %9s %6s %6s\n", "allocator", "load",
-            "threads", "allocs/s", "avg_us", "p99_us", "free_us", "CAS/op", "log/op",
-            "max_retry", "RTT/op", "fail");
+            (unsigned long long)o->size, o->seconds, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+    fprintf(f, "%-10s %-6s %7s %11s %9s %9s %8s %7s %7s %9s %6s %5s %6s\n", "allocator",
+            "load", "threads", "allocs/s", "avg_us", "p99_us", "free_us", "CAS/op", "log/op",
+            "max_retry", "RTT/op", "cpus", "fail");
     fflush(f);
 }
 
 void report_row(const struct bench_opts *o, const struct run_result *r)
 {
     FILE *f = table(o);
-    fprintf(f, "%-10s %-6s %7u %11.0f %9.2f %9.2f %8.2f %7.2f %7.2f %9llu %6.2f %6llu",
+    fprintf(f, "%-10s %-6s %7u %11.0f %9.2f %9.2f %8.2f %7.2f %7.2f %9llu %6.2f %5.2f %6llu",
             r->alloc, r->workload, r->threads, r->ops_per_s, r->lat_avg_us, r->lat_p99_us,
             r->free_avg_us, r->cas_per_op, r->log_cas_per_op, (unsigned long long)r->retries_max,
-            r->rtt_per_op, (unsigned long long)r->failed);
+            r->rtt_per_op, r->cpu_util, (unsigned long long)r->failed);
     if (r->aborted)
         fprintf(f, "  (%llu calls aborted after the grace time)", (unsigned long long)r->aborted);
     if (r->errors)
@@ -50,14 +56,14 @@ void report_row(const struct bench_opts *o, const struct run_result *r)
            "\"lat_p99_us\":%.3f,\"lat_max_us\":%.3f,\"free_lat_avg_us\":%.3f,"
            "\"cas_per_op_avg\":%.4f,\"log_cas_per_op\":%.4f,\"cas_retries_avg\":%.4f,"
            "\"cas_retries_max\":%llu,\"free_cas_per_op\":%.4f,\"rtt_per_op\":%.4f,"
-           "\"free_rtt_per_op\":%.4f",
+           "\"free_rtt_per_op\":%.4f,\"cpu_util\":%.3f",
            r->alloc, r->workload, r->threads, (unsigned long long)r->rtt_ns, r->elapsed_s,
            (unsigned long long)r->allocs, (unsigned long long)r->frees,
            (unsigned long long)r->failed, (unsigned long long)r->aborted,
            (unsigned long long)r->errors, r->ops_per_s, r->lat_avg_us, r->lat_p50_us,
            r->lat_p99_us, r->lat_max_us, r->free_avg_us, r->cas_per_op, r->log_cas_per_op,
            r->retries_per_op, (unsigned long long)r->retries_max, r->free_cas_per_op,
-           r->rtt_per_op, r->free_rtt_per_op);
+           r->rtt_per_op, r->free_rtt_per_op, r->cpu_util);
     if (!strcmp(r->workload, "churn"))
         printf(",\"size\":%llu", (unsigned long long)o->size);
     if (r->have_stats_retries)

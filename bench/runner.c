@@ -132,7 +132,7 @@ int run_config(const struct bench_opts *o, const struct allocator *a, const stru
     struct alloc_totals before = {0}, after = {0};
     if (a->totals)
         a->totals(sh->self, &before);
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = bench_now_ns(), cpu0 = bench_cpu_ns();
     pthread_barrier_wait(&sh->barrier);
     sleep_ns((uint64_t)(o->seconds * 1e9));
     atomic_store(&sh->stop, true);
@@ -144,7 +144,10 @@ int run_config(const struct bench_opts *o, const struct allocator *a, const stru
     atomic_store(&sh->abort, true);
     for (unsigned i = 0; i < threads; i++)
         pthread_join(tids[i], NULL);
+    uint64_t cpu1 = bench_cpu_ns();
     aggregate(ws, threads, t0, lat, out);
+    if (out->elapsed_s > 0)
+        out->cpu_util = (double)(cpu1 - cpu0) / 1e9 / out->elapsed_s;
     if (a->totals) {
         a->totals(sh->self, &after);
         out->have_stats_retries = after.have_max_retries;

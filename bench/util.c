@@ -13,6 +13,13 @@ uint64_t bench_now_ns(void)
 }
 
 /* splitmix64: tiny, good enough for picking sizes and victims */
+uint64_t bench_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void rng_seed(struct rng *r, uint64_t seed)
 {
     r->s = seed * 0x9E3779B97F4A7C15u + 0x632BE59BD9B4E019u;
