@@ -113,8 +113,8 @@ static void vs_freearray(FILE *f, const struct bench_opts *o, const struct run_r
         return;
     const struct run_result *a = find(rs, n, mine, wl, best), *b = find(rs, n, "free-array", wl, best);
     fprintf(f,
-            "%s vs free-array p99 latency ratio at %u threads (%s): %.1fx (%.1f us vs %.1f us); "
-            "avg %.1fx; CAS/alloc %.2f vs %.2f; max retries %llu vs %llu\n",
+            "%s vs free-array p99 latency ratio at %u threads (%s): %.3gx (%.1f us vs %.1f us); "
+            "avg %.3gx; CAS/alloc %.2f vs %.2f; max retries %llu vs %llu\n",
             mine, best, wl, ratio(b->lat_p99_us, a->lat_p99_us), a->lat_p99_us, b->lat_p99_us,
             ratio(b->lat_avg_us, a->lat_avg_us), a->cas_per_op, b->cas_per_op,
             (unsigned long long)a->retries_max, (unsigned long long)b->retries_max);
