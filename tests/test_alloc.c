@@ -1,20 +1,980 @@
-/* test_alloc.c - allocation and free of every size class (embedded pool). */
+/* test_alloc.c - the allocator through the public API on embedded pools:
+ * size classes, alignment, data paths, disjointness, accounting, multi-node
+ * pools, multi-section blocks and their undo, and contention control. */
 #include <criterion/criterion.h>
-#include <fmem.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fmem.h"
+#include "pool_internal.h"
+#include "protocol.h"
+#include "shadow.h"
+
+static fmem_pool *open_pool(const char *uri)
+{
+    fmem_pool *p = NULL;
+    int rc = fmem_open(uri, &p);
+    cr_assert_eq(rc, 0, "fmem_open(%s): %s", uri, fmem_strerror(rc));
+    cr_assert_not_null(p);
+    return p;
+}
+
+static uint64_t allocated_bytes(fmem_pool *p)
+{
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    return st.allocated_bytes;
+}
+
+static fmem_handle must_alloc(fmem_pool *p, size_t size)
+{
+    fmem_handle h;
+    int rc = fmem_alloc(p, size, &h);
+    cr_assert_eq(rc, 0, "fmem_alloc(%zu): %s", size, fmem_strerror(rc));
+    return h;
+}
+
+static void must_free(fmem_pool *p, const fmem_handle *h)
+{
+    int rc = fmem_free(p, h);
+    cr_assert_eq(rc, 0, "fmem_free(node %u addr %#llx len %#llx): %s", h->node,
+                 (unsigned long long)h->addr, (unsigned long long)h->length, fmem_strerror(rc));
+}
+
+/* ---- sizes -------------------------------------------------------------- */
 
 Test(alloc, every_size_is_aligned_and_freed)
 {
-    fmem_pool *p;
-    cr_assert_eq(fmem_open("mem:?size=64M", &p), 0);
+    fmem_pool *p = open_pool("mem:?size=64M");
     for (size_t sz = 4096; sz <= 32u << 20; sz <<= 1) {
-        fmem_handle h;
-        cr_assert_eq(fmem_alloc(p, sz, &h), 0, "size %zu", sz);
+        fmem_handle h = must_alloc(p, sz);
         cr_assert_eq(h.length, sz);
         cr_assert_eq(h.addr % sz, 0, "size %zu at %#llx", sz, (unsigned long long)h.addr);
-        cr_assert_eq(fmem_free(p, &h), 0);
+        cr_assert_lt(h.addr, UINT64_C(64) << 20);
+        cr_assert_leq(h.addr + h.length, UINT64_C(64) << 20);
+        cr_assert_eq(h.node, 0);
+        cr_assert_eq(h.flags, 0);
+        cr_assert_neq(h.rkey, 0, "keys are never 0");
+        cr_assert_eq(allocated_bytes(p), sz, "size %zu", sz);
+        must_free(p, &h);
+        cr_assert_eq(allocated_bytes(p), 0);
     }
+    /* the whole pool in one block */
+    fmem_handle h = must_alloc(p, 64u << 20);
+    cr_assert_eq(h.addr, 0);
+    cr_assert_eq(h.length, 64u << 20);
+    must_free(p, &h);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+Test(alloc, every_size_held_at_once)
+{
+    /* 4 KiB + 8 KiB + ... + 16 MiB = 32 MiB - 4 KiB: all fit together */
+    fmem_pool *p = open_pool("mem:?size=64M");
+    fmem_handle hs[13];
+    uint64_t sum = 0;
+    for (int i = 0; i < 13; i++) {
+        size_t sz = FMEM_CHUNK_SIZE << i;
+        hs[i] = must_alloc(p, sz);
+        cr_assert_eq(hs[i].length, sz);
+        cr_assert_eq(hs[i].addr % sz, 0);
+        sum += sz;
+        cr_assert_eq(allocated_bytes(p), sum);
+    }
+    for (int i = 0; i < 13; i++)
+        for (int j = i + 1; j < 13; j++)
+            cr_assert(hs[i].addr + hs[i].length <= hs[j].addr ||
+                          hs[j].addr + hs[j].length <= hs[i].addr,
+                      "blocks %d and %d overlap", i, j);
+    for (int i = 12; i >= 0; i--)
+        must_free(p, &hs[i]);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+Test(alloc, size_rounding)
+{
+    const struct {
+        size_t in, out;
+    } cases[] = {
+        {1, 4096},          {4095, 4096},       {4096, 4096},        {4097, 8192},
+        {8192, 8192},       {8193, 16384},      {65535, 65536},      {131072, 131072},
+        {131073, 262144},   {(2u << 20) - 1, 2u << 20},              {(2u << 20) + 1, 4u << 20},
+        {(size_t)1 << 40, (size_t)1 << 40},     {((size_t)1 << 40) + 1, (size_t)1 << 41},
+        {(size_t)1 << 62, (size_t)1 << 62},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_assert_eq(fmem_size_round(cases[i].in), cases[i].out, "round(%zu) = %zu", cases[i].in,
+                     fmem_size_round(cases[i].in));
+    cr_assert_eq(fmem_size_round(0), 0);
+    cr_assert_eq(fmem_size_round(((size_t)1 << 63) + 1), 0, "no block that large");
+    cr_assert_eq(fmem_size_round(((size_t)1 << 63) + 4096), 0);
+    cr_assert_eq(fmem_size_round(SIZE_MAX), 0);
+}
+
+Test(alloc, requests_are_rounded_like_fmem_size_round)
+{
+    fmem_pool *p = open_pool("mem:?size=8M");
+    const size_t sizes[] = {1, 100, 4095, 4097, 12288, 65537, 131073, 1000000, 2097153};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        fmem_handle h = must_alloc(p, sizes[i]);
+        cr_assert_eq(h.length, fmem_size_round(sizes[i]), "size %zu got %llu", sizes[i],
+                     (unsigned long long)h.length);
+        cr_assert_eq(h.addr % h.length, 0);
+        must_free(p, &h);
+    }
+    fmem_close(p);
+}
+
+/* ---- data paths --------------------------------------------------------- */
+
+Test(alloc, map_and_read_write_agree_to_the_last_byte)
+{
+    fmem_pool *p = open_pool("mem:?size=64M");
+    for (size_t sz = 4096; sz <= 32u << 20; sz <<= 1) {
+        fmem_handle h = must_alloc(p, sz);
+        unsigned char *m;
+        cr_assert_eq(fmem_map(p, &h, (void **)&m), 0);
+        cr_assert_not_null(m);
+        unsigned char tag = (unsigned char)(sz >> 12);
+        /* map -> read: first, middle and last byte, and a run at the end */
+        m[0] = tag;
+        m[sz / 2] = (unsigned char)(tag + 1);
+        m[sz - 1] = (unsigned char)(tag + 2);
+        unsigned char b = 0;
+        cr_assert_eq(fmem_read(p, &h, 0, &b, 1), 0);
+        cr_assert_eq(b, tag);
+        cr_assert_eq(fmem_read(p, &h, sz / 2, &b, 1), 0);
+        cr_assert_eq(b, (unsigned char)(tag + 1));
+        cr_assert_eq(fmem_read(p, &h, sz - 1, &b, 1), 0);
+        cr_assert_eq(b, (unsigned char)(tag + 2), "last byte of %zu", sz);
+        /* write -> map */
+        unsigned char run[64];
+        for (int i = 0; i < 64; i++)
+            run[i] = (unsigned char)(i * 7 + tag);
+        cr_assert_eq(fmem_write(p, &h, sz - 64, run, 64), 0);
+        cr_assert_eq(memcmp(m + sz - 64, run, 64), 0, "tail of %zu", sz);
+        cr_assert_eq(fmem_write(p, &h, 0, run, 64), 0);
+        cr_assert_eq(memcmp(m, run, 64), 0);
+        unsigned char back[64];
+        cr_assert_eq(fmem_read(p, &h, sz - 64, back, 64), 0);
+        cr_assert_eq(memcmp(back, run, 64), 0);
+        /* zero-length access at the very end is in range */
+        cr_assert_eq(fmem_read(p, &h, sz, back, 0), 0);
+        must_free(p, &h);
+    }
+    fmem_close(p);
+}
+
+Test(alloc, whole_block_round_trip)
+{
+    fmem_pool *p = open_pool("mem:?size=8M");
+    const size_t sz = 4u << 20; /* a two-section block */
+    fmem_handle h = must_alloc(p, sz);
+    unsigned char *src = malloc(sz), *dst = malloc(sz), *m;
+    cr_assert(src && dst);
+    for (size_t i = 0; i < sz; i++)
+        src[i] = (unsigned char)(i * 2654435761u >> 13);
+    cr_assert_eq(fmem_write(p, &h, 0, src, sz), 0);
+    cr_assert_eq(fmem_map(p, &h, (void **)&m), 0);
+    cr_assert_eq(memcmp(m, src, sz), 0);
+    for (size_t i = 0; i < sz; i++)
+        m[i] ^= 0x5A;
+    cr_assert_eq(fmem_read(p, &h, 0, dst, sz), 0);
+    for (size_t i = 0; i < sz; i++)
+        cr_assert_eq(dst[i], src[i] ^ 0x5A, "byte %zu", i);
+    free(src);
+    free(dst);
+    must_free(p, &h);
+    fmem_close(p);
+}
+
+Test(alloc, blocks_do_not_share_data)
+{
+    fmem_pool *p = open_pool("mem:?size=4M");
+    enum { N = 64 };
+    fmem_handle hs[N];
+    for (int i = 0; i < N; i++) {
+        hs[i] = must_alloc(p, FMEM_CHUNK_SIZE << (i % 4));
+        unsigned char *m;
+        cr_assert_eq(fmem_map(p, &hs[i], (void **)&m), 0);
+        memset(m, i + 1, hs[i].length);
+    }
+    for (int i = 0; i < N; i++) {
+        unsigned char *m;
+        cr_assert_eq(fmem_map(p, &hs[i], (void **)&m), 0);
+        for (uint64_t b = 0; b < hs[i].length; b++)
+            cr_assert_eq(m[b], i + 1, "block %d byte %llu overwritten", i, (unsigned long long)b);
+    }
+    for (int i = 0; i < N; i++)
+        must_free(p, &hs[i]);
+    fmem_close(p);
+}
+
+/* ---- disjointness and accounting under churn ----------------------------
+ * One thread, random mixed sizes, up to 200 live blocks. The shadow map
+ * catches any chunk handed out twice; allocated_bytes must always equal the
+ * sum of the live lengths. */
+
+static void churn(const char *uri, uint64_t pool_bytes, int ops, uint64_t seed)
+{
+    fmem_pool *p = open_pool(uri);
+    struct shadow sh;
+    struct failure fail = {0};
+    cr_assert(shadow_init(&sh, 1, pool_bytes));
+    enum { MAXLIVE = 200 };
+    fmem_handle live[MAXLIVE];
+    int nlive = 0, enomem = 0;
+    uint64_t live_bytes = 0;
+    struct test_rng r;
+    rng_seed(&r, seed);
+    for (int op = 0; op < ops; op++) {
+        bool do_alloc = nlive == 0 || (nlive < MAXLIVE && rng_below(&r, 100) < 55);
+        if (do_alloc) {
+            size_t sz = random_block_size(&r);
+            fmem_handle h;
+            int rc = fmem_alloc(p, sz, &h);
+            if (rc == FMEM_ENOMEM) {
+                /* legitimate only when fragmentation leaves no room: never
+                 * for a single chunk while most of the pool is free */
+                cr_assert(sz > FMEM_CHUNK_SIZE || live_bytes > pool_bytes / 2,
+                          "ENOMEM for %zu with %llu of %llu bytes live", sz,
+                          (unsigned long long)live_bytes, (unsigned long long)pool_bytes);
+                enomem++;
+                continue;
+            }
+            cr_assert_eq(rc, 0, "op %d alloc %zu: %s", op, sz, fmem_strerror(rc));
+            cr_assert_eq(h.length, fmem_size_round(sz));
+            cr_assert_eq(h.addr % h.length, 0);
+            cr_assert(shadow_claim(&sh, &h, 1, &fail), "op %d: %s", op, fail.msg);
+            live[nlive++] = h;
+            live_bytes += h.length;
+        } else {
+            int i = (int)rng_below(&r, (uint64_t)nlive);
+            cr_assert(shadow_release(&sh, &live[i], 1, &fail), "op %d: %s", op, fail.msg);
+            int rc = fmem_free(p, &live[i]);
+            cr_assert_eq(rc, 0, "op %d free addr %#llx len %#llx: %s", op,
+                         (unsigned long long)live[i].addr, (unsigned long long)live[i].length,
+                         fmem_strerror(rc));
+            live_bytes -= live[i].length;
+            live[i] = live[--nlive];
+        }
+        if (op % 64 == 0)
+            cr_assert_eq(allocated_bytes(p), live_bytes, "op %d", op);
+    }
+    cr_assert_eq(allocated_bytes(p), live_bytes);
+    cr_assert_eq(shadow_owned_chunks(&sh) * FMEM_CHUNK_SIZE, live_bytes);
+    while (nlive > 0) {
+        nlive--;
+        cr_assert(shadow_release(&sh, &live[nlive], 1, &fail), "%s", fail.msg);
+        must_free(p, &live[nlive]);
+    }
+    cr_assert_eq(allocated_bytes(p), 0);
+    /* everything went back: the whole pool is one block again */
+    fmem_handle all = must_alloc(p, pool_bytes);
+    must_free(p, &all);
+    (void)enomem;
+    shadow_destroy(&sh);
+    fmem_close(p);
+}
+
+Test(churn, mixed_sizes_never_overlap_and_add_up_no_log)
+{
+    /* the same churn with redo logging off: the bitmap protocol alone */
+    churn("mem:?size=64M&log=0", UINT64_C(64) << 20, 4000, 1);
+}
+
+/* ---- accounting --------------------------------------------------------- */
+
+Test(stats, counters_and_size_classes)
+{
+    fmem_pool *p = open_pool("mem:?size=64M");
     fmem_stats_t st;
     cr_assert_eq(fmem_stats(p, &st), 0);
+    cr_assert_eq(st.capacity_bytes, UINT64_C(64) << 20);
+    cr_assert_eq(st.nodes, 1);
+    cr_assert_neq(st.user_id, 0, "user id 0 means nobody");
+    cr_assert_gt(st.metadata_bytes, 0);
+    /* 16 B per chunk plus headers, rounded to a page: just above 0.4 % at
+     * 64 MiB (the 0.4 % budget is checked from 128 MiB up in test_layout) */
+    cr_assert_leq(st.metadata_bytes * 1000, st.capacity_bytes * 5, "metadata above 0.5 %%");
+    cr_assert_geq(st.metadata_bytes, 16 * (st.capacity_bytes / FMEM_CHUNK_SIZE));
+    cr_assert_eq(st.allocs + st.frees + st.failed_allocs, 0);
+
+    /* class k gets k+1 allocations, k = 0 .. 9 (4 KiB .. 2 MiB) */
+    fmem_handle hs[64];
+    int n = 0;
+    fmem_handle h8 = must_alloc(p, 8u << 20); /* class 11, first: needs 4 free sections */
+    uint64_t sum = h8.length;
+    for (unsigned k = 0; k < 10; k++)
+        for (unsigned i = 0; i <= k; i++) {
+            hs[n] = must_alloc(p, FMEM_CHUNK_SIZE << k);
+            sum += hs[n++].length;
+        }
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    cr_assert_eq(st.allocated_bytes, sum);
+    cr_assert_eq(st.allocs, (uint64_t)n + 1);
+    for (unsigned k = 0; k < 10; k++)
+        cr_assert_eq(st.size_class_allocs[k], k + 1, "class %u", k);
+    cr_assert_eq(st.size_class_allocs[10], 0);
+    cr_assert_eq(st.size_class_allocs[11], 1);
+    for (unsigned k = 12; k < FMEM_SIZE_CLASSES; k++)
+        cr_assert_eq(st.size_class_allocs[k], 0, "class %u", k);
+
+    /* failures count, successes do not change */
+    fmem_handle h;
+    cr_assert_eq(fmem_alloc(p, 0, &h), FMEM_ESIZE);
+    cr_assert_eq(fmem_alloc(p, (64u << 20) + 1, &h), FMEM_ESIZE);
+    cr_assert_eq(fmem_alloc(p, 64u << 20, &h), FMEM_ENOMEM);
+    for (int i = 0; i < n; i++)
+        must_free(p, &hs[i]);
+    must_free(p, &h8);
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    cr_assert_eq(st.failed_allocs, 3);
+    cr_assert_eq(st.allocs, (uint64_t)n + 1);
+    cr_assert_eq(st.frees, (uint64_t)n + 1);
     cr_assert_eq(st.allocated_bytes, 0);
+    cr_assert_gt(st.cas_ops, 0);
+    cr_assert_gt(st.reads, 0);
+    cr_assert_gt(st.round_trips, 0);
+    cr_assert_eq(st.cas_failures, 0, "one thread alone never loses a CAS");
+    cr_assert_eq(st.max_retries, 0);
+    fmem_close(p);
+}
+
+Test(stats, per_size_counts_follow_rounding)
+{
+    fmem_pool *p = open_pool("mem:?size=8M");
+    fmem_handle h;
+    h = must_alloc(p, 1);        /* class 0 */
+    must_free(p, &h);
+    h = must_alloc(p, 4097);     /* class 1 */
+    must_free(p, &h);
+    h = must_alloc(p, 131073);   /* class 6 */
+    must_free(p, &h);
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    cr_assert_eq(st.size_class_allocs[0], 1);
+    cr_assert_eq(st.size_class_allocs[1], 1);
+    cr_assert_eq(st.size_class_allocs[5], 0);
+    cr_assert_eq(st.size_class_allocs[6], 1);
+    fmem_close(p);
+}
+
+Test(stats, exact_fill_with_single_chunks)
+{
+    fmem_pool *p = open_pool("mem:?size=4M");
+    enum { N = 1024 }; /* 4 MiB / 4 KiB */
+    static fmem_handle hs[N];
+    for (int i = 0; i < N; i++)
+        hs[i] = must_alloc(p, 1);
+    cr_assert_eq(allocated_bytes(p), UINT64_C(4) << 20);
+    fmem_handle h;
+    cr_assert_eq(fmem_alloc(p, 1, &h), FMEM_ENOMEM, "more than 1024 chunks in a 4 MiB pool");
+    /* every chunk exactly once */
+    static unsigned char seen[N];
+    for (int i = 0; i < N; i++) {
+        uint64_t c = hs[i].addr / FMEM_CHUNK_SIZE;
+        cr_assert_lt(c, N);
+        cr_assert_eq(seen[c], 0, "chunk %llu twice", (unsigned long long)c);
+        seen[c] = 1;
+    }
+    for (int i = 0; i < N; i++)
+        must_free(p, &hs[i]);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+/* ---- multi-node pools --------------------------------------------------- */
+
+Test(multinode, round_robin_over_all_nodes)
+{
+    fmem_pool *p = open_pool("mem:?size=16M&nodes=4");
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    cr_assert_eq(st.nodes, 4);
+    cr_assert_eq(st.capacity_bytes, UINT64_C(64) << 20);
+    fmem_handle hs[16];
+    unsigned per_node[4] = {0};
+    for (int i = 0; i < 16; i++) {
+        hs[i] = must_alloc(p, FMEM_CHUNK_SIZE << (i % 3));
+        cr_assert_lt(hs[i].node, 4);
+        if (i > 0)
+            cr_assert_eq(hs[i].node, (hs[i - 1].node + 1) % 4, "allocation %d not round robin", i);
+        per_node[hs[i].node]++;
+    }
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(per_node[i], 4, "node %d got %u", i, per_node[i]);
+    /* same address on different nodes are different blocks */
+    for (int i = 0; i < 16; i++) {
+        uint32_t tag = 0xA000u + (uint32_t)i;
+        cr_assert_eq(fmem_write(p, &hs[i], 0, &tag, 4), 0);
+    }
+    for (int i = 0; i < 16; i++) {
+        uint32_t tag;
+        cr_assert_eq(fmem_read(p, &hs[i], 0, &tag, 4), 0);
+        cr_assert_eq(tag, 0xA000u + (uint32_t)i, "block %d overwritten", i);
+    }
+    for (int i = 0; i < 16; i++)
+        must_free(p, &hs[i]);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+Test(multinode, full_nodes_fall_over_to_the_others)
+{
+    fmem_pool *p = open_pool("mem:?size=2M&nodes=4");
+    fmem_handle big[4];
+    unsigned seen = 0;
+    for (int i = 0; i < 4; i++) {
+        big[i] = must_alloc(p, 2u << 20);
+        seen |= 1u << big[i].node;
+    }
+    cr_assert_eq(seen, 0xF, "four whole-node blocks on nodes %#x", seen);
+    fmem_handle h;
+    cr_assert_eq(fmem_alloc(p, 1, &h), FMEM_ENOMEM);
+    /* free node 2: whatever the round-robin cursor, node 2 serves */
+    int on2 = -1;
+    for (int i = 0; i < 4; i++)
+        if (big[i].node == 2)
+            on2 = i;
+    must_free(p, &big[on2]);
+    for (int round = 0; round < 6; round++) {
+        h = must_alloc(p, 2u << 20);
+        cr_assert_eq(h.node, 2, "round %d", round);
+        must_free(p, &h);
+    }
+    /* and 512 single chunks fill exactly node 2 */
+    static fmem_handle small[512];
+    for (int i = 0; i < 512; i++) {
+        small[i] = must_alloc(p, 4096);
+        cr_assert_eq(small[i].node, 2);
+    }
+    cr_assert_eq(fmem_alloc(p, 4096, &h), FMEM_ENOMEM);
+    for (int i = 0; i < 512; i++)
+        must_free(p, &small[i]);
+    for (int i = 0; i < 4; i++)
+        if (i != on2)
+            must_free(p, &big[i]);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+Test(multinode, nodes_of_different_sizes)
+{
+    fmem_pool *p = open_pool("mem:?size=2M;mem:?size=8M");
+    fmem_handle h = must_alloc(p, 8u << 20);
+    cr_assert_eq(h.node, 1, "only node 1 holds 8 MiB");
+    fmem_handle h2;
+    cr_assert_eq(fmem_alloc(p, 4u << 20, &h2), FMEM_ENOMEM);
+    must_free(p, &h);
+    cr_assert_eq(fmem_alloc(p, 16u << 20, &h2), FMEM_ESIZE, "larger than every node");
+    fmem_close(p);
+}
+
+/* ---- multi-section blocks ----------------------------------------------- */
+
+Test(multisection, blocks_take_whole_aligned_sections)
+{
+    fmem_pool *p = open_pool("mem:?size=16M");
+    fmem_handle a = must_alloc(p, 4u << 20), b = must_alloc(p, 8u << 20);
+    cr_assert_eq(a.addr % (4u << 20), 0);
+    cr_assert_eq(b.addr % (8u << 20), 0);
+    cr_assert(a.addr + a.length <= b.addr || b.addr + b.length <= a.addr);
+    cr_assert_eq(allocated_bytes(p), 12u << 20);
+    fmem_handle c = must_alloc(p, 4u << 20);
+    cr_assert_eq(allocated_bytes(p), 16u << 20);
+    fmem_handle d;
+    cr_assert_eq(fmem_alloc(p, 4096, &d), FMEM_ENOMEM);
+    must_free(p, &b);
+    must_free(p, &a);
+    must_free(p, &c);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+Test(multisection, no_room_between_chunks)
+{
+    /* one chunk in section 1 of 2: a 4 MiB block cannot exist */
+    fmem_pool *p = open_pool("mem:?size=4M");
+    fmem_handle s0 = must_alloc(p, 2u << 20), s1 = must_alloc(p, 2u << 20);
+    fmem_handle *hi = s0.addr ? &s0 : &s1, *lo = s0.addr ? &s1 : &s0;
+    must_free(p, hi);
+    fmem_handle c = must_alloc(p, 4096);
+    cr_assert_geq(c.addr, 2u << 20, "the chunk must land in section 1");
+    must_free(p, lo);
+    fmem_handle h;
+    cr_assert_eq(fmem_alloc(p, 4u << 20, &h), FMEM_ENOMEM);
+    cr_assert_eq(allocated_bytes(p), 4096);
+    must_free(p, &c);
+    h = must_alloc(p, 4u << 20);
+    must_free(p, &h);
+    fmem_close(p);
+}
+
+/* Section `busy` of a pool of `nsec` sections holds one chunk that client B
+ * took behind client A's back; A's cached headers still show every section
+ * free, so A's nsec-section allocation takes sections 0..busy-1 with real
+ * CASes before it meets the busy one, and must undo them. */
+static void multi_undo(unsigned nsec, unsigned busy)
+{
+    char name[96], uri[160];
+    snprintf(name, sizeof name, "/dev/shm/fmem-test-undo-%d", (int)getpid());
+    snprintf(uri, sizeof uri, "shm:%s?size=%uM", name + 8, 2 * nsec);
+    pool_unlink(name);
+    fmem_pool *a = open_pool(uri), *b = open_pool(uri);
+    pool_unlink(name); /* both are mapped: nothing to clean up on failure */
+
+    /* B: fill every section with a 2 MiB block, then trade section `busy`'s
+     * block for a single chunk */
+    fmem_handle secs[16], c;
+    for (unsigned i = 0; i < nsec; i++) {
+        fmem_handle h = must_alloc(b, 2u << 20);
+        secs[h.addr >> 21] = h;
+    }
+    must_free(b, &secs[busy]);
+    c = must_alloc(b, 4096);
+    cr_assert_eq(c.addr >> 21, busy);
+    for (unsigned i = 0; i < nsec; i++)
+        if (i != busy)
+            must_free(b, &secs[i]);
+
+    fmem_stats_t before, st;
+    cr_assert_eq(fmem_stats(b, &before), 0);
+    cr_assert_eq(before.allocated_bytes, 4096);
+    uint64_t a_fail0 = atomic_load(&a->nodes[0]->tp->n_cas_fail);
+
+    fmem_handle h;
+    cr_assert_eq(fmem_alloc(a, (size_t)nsec << 21, &h), FMEM_ENOMEM);
+    cr_assert_gt(atomic_load(&a->nodes[0]->tp->n_cas_fail), a_fail0,
+                 "the busy section was never tried: no undo happened");
+
+    cr_assert_eq(fmem_stats(b, &st), 0);
+    cr_assert_eq(st.allocated_bytes, before.allocated_bytes, "undo left %llu bytes",
+                 (unsigned long long)(st.allocated_bytes - before.allocated_bytes));
+    /* each section header is exactly as before: free, or the busy one */
+    struct node *n = a->nodes[0];
+    for (unsigned x = 0; x < nsec; x++) {
+        uint64_t sh;
+        cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, x), &sh, 8), 0);
+        if (x == busy)
+            cr_assert_eq(h_lo(sh), SPAN_INUSE, "section %u: %#x", x, h_lo(sh));
+        else
+            cr_assert_eq(h_lo(sh), 0, "section %u not undone: %#x", x, h_lo(sh));
+    }
+    /* every free section is still usable, by either client */
+    fmem_handle got[16];
+    for (unsigned i = 0; i + 1 < nsec; i++) {
+        got[i] = must_alloc(i % 2 ? b : a, 2u << 20);
+        cr_assert_neq(got[i].addr >> 21, busy);
+    }
+    for (unsigned i = 0; i + 1 < nsec; i++)
+        must_free(i % 2 ? b : a, &got[i]);
+    must_free(b, &c);
+    h = must_alloc(a, (size_t)nsec << 21);
+    cr_assert_eq(h.addr, 0);
+    must_free(a, &h);
+    cr_assert_eq(allocated_bytes(a), 0);
+    fmem_close(a);
+    fmem_close(b);
+}
+
+Test(multisection, undo_when_the_second_section_is_taken)
+{
+    multi_undo(2, 1);
+}
+
+Test(multisection, undo_of_three_sections_when_the_fourth_is_taken)
+{
+    multi_undo(4, 3);
+}
+
+/* ---- empty chunk-layer spans go back to the section layer ---------------- */
+
+Test(release, whole_pool_after_chunk_churn)
+{
+    fmem_pool *p = open_pool("mem:?size=16M");
+    enum { N = (16 << 20) / 8192 }; /* the whole pool in 8 KiB blocks */
+    static fmem_handle hs[N];
+    for (int i = 0; i < N; i++)
+        hs[i] = must_alloc(p, 8192);
+    /* free in an order that empties spans gradually */
+    for (int i = 0; i < N; i += 2)
+        must_free(p, &hs[i]);
+    for (int i = 1; i < N; i += 2)
+        must_free(p, &hs[i]);
+    cr_assert_eq(allocated_bytes(p), 0);
+    /* every span was attached to the chunk layer; span-level blocks need
+     * them released */
+    fmem_handle secs[8];
+    for (int i = 0; i < 8; i++)
+        secs[i] = must_alloc(p, 2u << 20);
+    for (int i = 0; i < 8; i++)
+        must_free(p, &secs[i]);
+    fmem_handle spans[128];
+    for (int i = 0; i < 128; i++)
+        spans[i] = must_alloc(p, FMEM_SPAN_SIZE);
+    for (int i = 0; i < 128; i++)
+        must_free(p, &spans[i]);
+    fmem_handle all = must_alloc(p, 16u << 20);
+    must_free(p, &all);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+Test(release, whole_pool_right_after_chunks)
+{
+    fmem_pool *p = open_pool("mem:?size=8M");
+    fmem_handle hs[64];
+    for (int i = 0; i < 64; i++)
+        hs[i] = must_alloc(p, FMEM_CHUNK_SIZE << (i % 5));
+    for (int i = 0; i < 64; i++)
+        must_free(p, &hs[i]);
+    fmem_handle all = must_alloc(p, 8u << 20);
+    cr_assert_eq(all.addr, 0);
+    must_free(p, &all);
+    fmem_close(p);
+}
+
+/* ---- redo-log entries stay current --------------------------------------
+ * A block's full-log entry changes only when a block starting at its chunk
+ * is allocated or freed, while its header's 7-bit timestamp moves on every
+ * alloc/free flip of any block there. An entry left idle for 64+ flips
+ * must still be updated by the next allocation, or the live block is
+ * refused (the entry says free) by every call. */
+
+static void expect_usable(fmem_pool *p, const fmem_handle *h, const char *what)
+{
+    char buf[8] = "fmem";
+    void *m;
+    int rc = fmem_map(p, h, &m);
+    cr_assert_eq(rc, 0, "%s: fmem_map: %s", what, fmem_strerror(rc));
+    rc = fmem_write(p, h, 0, buf, sizeof buf);
+    cr_assert_eq(rc, 0, "%s: fmem_write: %s", what, fmem_strerror(rc));
+    rc = fmem_read(p, h, 0, buf, sizeof buf);
+    cr_assert_eq(rc, 0, "%s: fmem_read: %s", what, fmem_strerror(rc));
+    rc = fmem_free(p, h);
+    cr_assert_eq(rc, 0, "%s: fmem_free: %s", what, fmem_strerror(rc));
+}
+
+Test(redolog, chunk_entry_idle_for_64_flips)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    fmem_handle keep = must_alloc(p, 4096); /* chunk 0 */
+    fmem_handle y = must_alloc(p, 4096);    /* chunk 1 */
+    cr_assert_eq(y.addr, 4096);
+    must_free(p, &y); /* chunk 1's entry: a free */
+    /* 8 KiB blocks cannot use chunk 1: they churn at chunk 2 and flip the
+     * span's timestamp twice per round */
+    for (int i = 0; i < 32; i++) {
+        fmem_handle w = must_alloc(p, 8192);
+        cr_assert_eq(w.addr, 8192);
+        must_free(p, &w);
+    }
+    fmem_handle z = must_alloc(p, 4096); /* chunk 1 again, 65 flips later */
+    cr_assert_eq(z.addr, 4096);
+    expect_usable(p, &z, "4 KiB block");
+    must_free(p, &keep);
+    fmem_close(p);
+}
+
+Test(redolog, buffer_reallocated_after_small_object_churn)
+{
+    for (int rounds = 30; rounds <= 70; rounds += 8) { /* around the 64-flip edge */
+        fmem_pool *p = open_pool("mem:?size=2M");
+        fmem_handle small[16];
+        for (int i = 0; i < 16; i++)
+            small[i] = must_alloc(p, 4096);
+        fmem_handle buf = must_alloc(p, 65536);
+        must_free(p, &buf);
+        for (int round = 0; round < rounds; round++) {
+            must_free(p, &small[round % 16]);
+            small[round % 16] = must_alloc(p, 4096);
+        }
+        fmem_handle again = must_alloc(p, 65536);
+        cr_assert_eq(again.addr, buf.addr);
+        expect_usable(p, &again, "64 KiB buffer");
+        for (int i = 0; i < 16; i++)
+            must_free(p, &small[i]);
+        fmem_close(p);
+    }
+}
+
+Test(redolog, span_entry_idle_for_64_flips)
+{
+    /* the same in the section-header domain, with span-level blocks */
+    fmem_pool *p = open_pool("mem:?size=2M");
+    fmem_handle keep = must_alloc(p, 128 << 10); /* span 0 */
+    fmem_handle y = must_alloc(p, 128 << 10);    /* span 1 */
+    cr_assert_eq(y.addr, 128 << 10);
+    must_free(p, &y);
+    for (int i = 0; i < 32; i++) { /* 256 KiB blocks churn at spans 2-3 */
+        fmem_handle w = must_alloc(p, 256 << 10);
+        must_free(p, &w);
+    }
+    fmem_handle z = must_alloc(p, 128 << 10);
+    cr_assert_eq(z.addr, 128 << 10);
+    expect_usable(p, &z, "128 KiB block");
+    must_free(p, &keep);
+    fmem_close(p);
+}
+
+Test(redolog, entry_records_the_live_allocation)
+{
+    fmem_pool *p = open_pool("mem:?size=4M");
+    struct node *n = p->nodes[0];
+    const struct {
+        size_t size;
+        unsigned layer, log2;
+    } cases[] = {{4096, LAYER_CHUNK, 0},     {65536, LAYER_CHUNK, 4},
+                 {128 << 10, LAYER_SPAN, 5}, {2 << 20, LAYER_SPAN, 9},
+                 {4 << 20, LAYER_SECTION, 10}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fmem_handle h = must_alloc(p, cases[i].size);
+        uint64_t c = h.addr / FMEM_CHUNK_SIZE, e;
+        cr_assert_eq(tp_read(n->tp, log_off(n, c), &e, 8), 0);
+        cr_assert(log_valid(e) && log_alloc(e), "size %zu: entry %#llx", cases[i].size,
+                  (unsigned long long)e);
+        cr_assert_eq(log_layer(e), cases[i].layer, "size %zu", cases[i].size);
+        cr_assert_eq(log_log2(e), cases[i].log2, "size %zu", cases[i].size);
+        cr_assert_eq(log_uid(e), n->uid);
+        must_free(p, &h);
+        cr_assert_eq(tp_read(n->tp, log_off(n, c), &e, 8), 0);
+        cr_assert(log_valid(e) && !log_alloc(e), "size %zu: free not logged", cases[i].size);
+    }
+    fmem_close(p);
+}
+
+/* ---- contention control ------------------------------------------------- */
+
+/* Span of a chunk-layer block. */
+static uint64_t span_of(const fmem_handle *h)
+{
+    return h->addr / FMEM_SPAN_SIZE;
+}
+
+static void set_span_retry(struct node *n, uint64_t s, unsigned level)
+{
+    uint64_t hv, old;
+    cr_assert_eq(tp_read(n->tp, span_hdr_off(n, s), &hv, 8), 0);
+    cr_assert_eq(tp_cas(n->tp, span_hdr_off(n, s), hv, h_with_retry(hv, level), &old), 1);
+    node_refresh_all(n);
+    *span_hint(n) = 0; /* forget this thread's last span */
+}
+
+/* Take every span that is still free with span-level blocks. */
+static int take_free_spans(fmem_pool *p, fmem_handle *out, int max)
+{
+    int n = 0;
+    fmem_handle h;
+    while (n < max && fmem_alloc(p, FMEM_SPAN_SIZE, &h) == 0)
+        out[n++] = h;
+    return n;
+}
+
+Test(contention, commits_record_retry_level_zero_when_alone)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    struct node *n = p->nodes[0];
+    fmem_handle h = must_alloc(p, 4096);
+    uint64_t hv;
+    cr_assert_eq(tp_read(n->tp, span_hdr_off(n, span_of(&h)), &hv, 8), 0);
+    cr_assert_eq(h_retry(hv), 0);
+    cr_assert_eq(h_uid(hv), n->uid, "the commit logs its user");
+    cr_assert_eq(h_off(hv), (h.addr / FMEM_CHUNK_SIZE) % CHUNKS_PER_SPAN);
+    cr_assert_eq(h_size(hv), 0);
+    must_free(p, &h);
+    fmem_close(p);
+}
+
+Test(contention, span_with_retry_level_2_is_avoided_until_nothing_else_is_left)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    struct node *n = p->nodes[0];
+    fmem_handle first = must_alloc(p, 4096);
+    uint64_t hot = span_of(&first);
+    set_span_retry(n, hot, 2);
+
+    fmem_handle other = must_alloc(p, 4096);
+    cr_assert_neq(span_of(&other), hot, "allocated in a span recorded as contended");
+    must_free(p, &other);
+
+    /* leave only the hot span: it is the fallback, not a dead end */
+    fmem_handle spans[16];
+    int taken = take_free_spans(p, spans, 16);
+    cr_assert_eq(taken, 15, "took %d spans", taken);
+    *span_hint(n) = 0;
+    fmem_handle last = must_alloc(p, 4096);
+    cr_assert_eq(span_of(&last), hot);
+    must_free(p, &last);
+    must_free(p, &first);
+    for (int i = 0; i < taken; i++)
+        must_free(p, &spans[i]);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+Test(contention, contended_span_state_is_avoided_and_reset_after_a_calm_commit)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    struct node *n = p->nodes[0];
+    fmem_handle first = must_alloc(p, 4096);
+    uint64_t hot = span_of(&first);
+    unsigned j = hot % SPANS_PER_SECTION;
+    uint64_t sh, old;
+    cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, 0), &sh, 8), 0);
+    cr_assert_eq(sec_state(sh, j), SPAN_INUSE);
+    cr_assert_eq(tp_cas(n->tp, sec_hdr_off(n, 0), sh, sec_with_state(sh, j, SPAN_CONTENDED), &old), 1);
+    node_refresh_all(n);
+    *span_hint(n) = 0;
+
+    fmem_handle other = must_alloc(p, 4096);
+    cr_assert_neq(span_of(&other), hot, "allocated in a span marked contended (10)");
+    must_free(p, &other);
+
+    fmem_handle spans[16];
+    int taken = take_free_spans(p, spans, 16);
+    cr_assert_eq(taken, 15);
+    *span_hint(n) = 0;
+    fmem_handle last = must_alloc(p, 4096);
+    cr_assert_eq(span_of(&last), hot);
+    /* a commit with no CAS failure turns 10 back into 01 */
+    cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, 0), &sh, 8), 0);
+    cr_assert_eq(sec_state(sh, j), SPAN_INUSE, "state %u", sec_state(sh, j));
+    must_free(p, &last);
+    must_free(p, &first);
+    for (int i = 0; i < taken; i++)
+        must_free(p, &spans[i]);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+Test(contention, section_with_retry_level_2_is_avoided_for_span_blocks)
+{
+    fmem_pool *p = open_pool("mem:?size=4M");
+    struct node *n = p->nodes[0];
+    fmem_handle a = must_alloc(p, FMEM_SPAN_SIZE);
+    uint64_t x = a.addr >> 21, sh, old;
+    cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, x), &sh, 8), 0);
+    cr_assert_eq(tp_cas(n->tp, sec_hdr_off(n, x), sh, h_with_retry(sh, 2), &old), 1);
+    node_refresh_all(n);
+    fmem_handle b = must_alloc(p, FMEM_SPAN_SIZE);
+    cr_assert_neq(b.addr >> 21, x, "span block placed in a hot section while another was free");
+    must_free(p, &b);
+    must_free(p, &a);
+    fmem_close(p);
+}
+
+/* Two threads hammering one small pool: CAS failures happen, but no single
+ * allocation has to retry without bound. */
+struct light_arg {
+    fmem_pool *p;
+    int fails;
+};
+
+static void *light_worker(void *arg)
+{
+    struct light_arg *a = arg;
+    fmem_handle hs[8];
+    for (int round = 0; round < 400; round++) {
+        for (int i = 0; i < 8; i++)
+            if (fmem_alloc(a->p, 4096, &hs[i]) != 0)
+                a->fails++;
+        for (int i = 0; i < 8; i++)
+            if (fmem_free(a->p, &hs[i]) != 0)
+                a->fails++;
+    }
+    return NULL;
+}
+
+Test(contention, retries_stay_small_under_light_contention)
+{
+    fmem_pool *p = open_pool("mem:?size=4M&log=0");
+    pthread_t t[2];
+    struct light_arg args[2] = {{p, 0}, {p, 0}};
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, light_worker, &args[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(args[0].fails + args[1].fails, 0);
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    cr_assert_leq(st.max_retries, 2 * RETRY_HIGH, "max retries %llu",
+                  (unsigned long long)st.max_retries);
+    cr_assert_eq(st.allocated_bytes, 0);
+    fmem_close(p);
+}
+
+/* Make the next `n` CASes on one header lose, as if another client had just
+ * changed it (toggling the retry bits between 0 and 1 changes nothing
+ * else). */
+static struct {
+    struct transport_ops ops;
+    const struct transport_ops *orig;
+    uint64_t off;
+    int left;
+} interfere;
+
+static int interfering_batch(struct transport *t, struct tp_op *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].kind == TP_CAS && ops[i].off == interfere.off && interfere.left > 0) {
+            interfere.left--;
+            __atomic_fetch_xor((uint64_t *)((char *)t->base + ops[i].off), UINT64_C(1) << 32,
+                               __ATOMIC_SEQ_CST);
+        }
+    return interfere.orig->batch(t, ops, n);
+}
+
+static void interfere_with(struct node *n, uint64_t off, int cas_to_lose)
+{
+    interfere.orig = n->tp->ops;
+    interfere.ops = *n->tp->ops;
+    interfere.ops.batch = interfering_batch;
+    interfere.off = off;
+    interfere.left = cas_to_lose;
+    n->tp->ops = &interfere.ops;
+}
+
+Test(contention, hot_span_is_marked_contended_and_left)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    struct node *n = p->nodes[0];
+    fmem_handle first = must_alloc(p, 4096);
+    uint64_t hot = span_of(&first);
+    unsigned j = hot % SPANS_PER_SECTION;
+
+    /* a few lost CASes: the allocation retries in place */
+    interfere_with(n, span_hdr_off(n, hot), RETRY_LOW);
+    fmem_handle calm = must_alloc(p, 4096);
+    cr_assert_eq(span_of(&calm), hot);
+    cr_assert_eq(node_last_retries, RETRY_LOW);
+    n->tp->ops = interfere.orig;
+
+    /* more than RETRY_HIGH: it gives up on the span and marks it 10 */
+    interfere_with(n, span_hdr_off(n, hot), RETRY_HIGH + 1);
+    fmem_handle moved = must_alloc(p, 4096);
+    n->tp->ops = interfere.orig;
+    cr_assert_eq(interfere.left, 0);
+    cr_assert_neq(span_of(&moved), hot, "stayed in a span that lost %d CASes", RETRY_HIGH + 1);
+    uint64_t sh;
+    cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, 0), &sh, 8), 0);
+    cr_assert_eq(sec_state(sh, j), SPAN_CONTENDED, "state %u", sec_state(sh, j));
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    cr_assert_geq(st.max_retries, RETRY_HIGH + 1);
+
+    /* the next allocations stay away from it, from any thread's start */
+    *span_hint(n) = 0;
+    fmem_handle next = must_alloc(p, 4096);
+    cr_assert_neq(span_of(&next), hot);
+    must_free(p, &next);
+    must_free(p, &moved);
+    must_free(p, &calm);
+    must_free(p, &first);
+    cr_assert_eq(allocated_bytes(p), 0);
     fmem_close(p);
 }
