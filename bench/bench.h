@@ -112,7 +112,7 @@ struct workload {
     /* Unmeasured preparation (runs with the delay off); may be NULL. */
     void (*setup)(struct worker *w);
     /* One measured step: one allocation or one free, usually. Returns false
-     * when it had nothing to do (the runner then yields the core). */
+     * when it had nothing to do (the runner then sleeps a little). */
     bool (*step)(struct worker *w);
 };
 

@@ -1,7 +1,6 @@
 /* runner.c - one configuration: open the allocator, start the worker
  * threads (small stacks, so that hundreds are cheap), run the workload's
  * setup with the injected delay off, measure for --seconds, aggregate. */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -13,6 +12,10 @@
 #else
 #define WORKER_STACK (64 * 1024)
 #endif
+#define IDLE_MIN_NS 50000u    /* first back-off of an idle worker */
+#define IDLE_MAX_NS 20000000u /* longest */
+
+static void sleep_ns(uint64_t ns);
 
 static void *worker_main(void *arg)
 {
@@ -23,9 +26,19 @@ static void *worker_main(void *arg)
     pthread_barrier_wait(&sh->barrier); /* setup done */
     pthread_barrier_wait(&sh->barrier); /* go */
     w->measuring = true;
-    while (!atomic_load_explicit(&sh->stop, memory_order_relaxed))
-        if (!sh->wl->step(w))
-            sched_yield();
+    /* A thread with nothing to do (paper: the pool is at its fill level and
+     * it holds nothing to free) backs off, sleeping longer each time: at
+     * hundreds of threads, spinning or frequent wake-ups of idle threads
+     * would take the cores from the ones doing work. */
+    uint64_t idle_ns = IDLE_MIN_NS;
+    while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+        if (sh->wl->step(w)) {
+            idle_ns = IDLE_MIN_NS;
+            continue;
+        }
+        sleep_ns(idle_ns);
+        idle_ns = idle_ns * 2 > IDLE_MAX_NS ? IDLE_MAX_NS : idle_ns * 2;
+    }
     w->r.t_end = bench_now_ns();
     atomic_fetch_add(&sh->done, 1);
     return NULL;
