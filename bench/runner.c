@@ -15,7 +15,12 @@
 #define IDLE_MIN_NS 50000u    /* first back-off of an idle worker */
 #define IDLE_MAX_NS 20000000u /* longest */
 
-static void sleep_ns(uint64_t ns);
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts))
+        ;
+}
 
 static void *worker_main(void *arg)
 {
@@ -42,13 +47,6 @@ static void *worker_main(void *arg)
     w->r.t_end = bench_now_ns();
     atomic_fetch_add(&sh->done, 1);
     return NULL;
-}
-
-static void sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
-    while (nanosleep(&ts, &ts))
-        ;
 }
 
 static void aggregate(const struct worker *ws, unsigned n, uint64_t t0, struct hist *lat,
