@@ -168,7 +168,10 @@ static int claim_and_alloc(struct node *n, uint64_t x, unsigned j, unsigned k,
         return r < 0 ? r : 0;
     }
     CRASH_POINT(CP_CLAIM_RECORDED);
-    /* S: 00 -> 01 */
+    /* S: 00 -> 01. Always a CAS, even when the cache already says 01: the
+     * cached value may be stale (another client released the span to 00),
+     * and attaching under a 00 state would let a span-level allocation take
+     * the span too. A CAS whose new value equals the old one validates it. */
     uint64_t sh = cache_get(n->sec_cache, x);
     for (;;) {
         unsigned st = sec_state(sh, j);
@@ -176,9 +179,7 @@ static int claim_and_alloc(struct node *n, uint64_t x, unsigned j, unsigned k,
             tp_cas(n->tp, hoff, claimed, hv, NULL);
             return 0;
         }
-        if (st != SPAN_FREE)
-            break;
-        uint64_t nsh = sec_with_state(sh, j, SPAN_INUSE);
+        uint64_t nsh = st == SPAN_FREE ? sec_with_state(sh, j, SPAN_INUSE) : sh;
         r = tp_cas(n->tp, sec_hdr_off(n, x), sh, nsh, &old);
         if (r < 0)
             return r;
@@ -314,6 +315,9 @@ static bool release_span(struct node *n, uint64_t s, uint64_t hv)
         return false;
     }
     CRASH_POINT(CP_RELEASE_DETACHED);
+    uint64_t x = s / SPANS_PER_SECTION, sh;
+    if (tp_read(n->tp, sec_hdr_off(n, x), &sh, 8) == 0) /* the state must be current */
+        cache_put(n->sec_cache, x, sh);
     set_span_state(n, s / SPANS_PER_SECTION, s % SPANS_PER_SECTION, SPAN_FREE,
                    (1u << SPAN_INUSE) | (1u << SPAN_CONTENDED), 1000);
     CRASH_POINT(CP_RELEASE_SECTION);

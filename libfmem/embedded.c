@@ -13,6 +13,9 @@
 #include "pool_internal.h"
 #include "protocol.h"
 #include "uri.h"
+#ifdef HAVE_RDMA
+#include "verbs/transport_verbs.h"
+#endif
 
 /* Data bytes rounded up to whole sections; metadata sized to match. */
 static void sizes_for(uint64_t data, uint64_t align, uint64_t *meta_size, uint64_t *data_size)
@@ -40,8 +43,20 @@ static uint64_t file_align(const struct node_uri *u)
     return statfs(dir, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC ? (2u << 20) : 4096;
 }
 
-static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size)
+static int open_transport(const struct node_uri *u, uint64_t size, struct transport **tp,
+                          int *created)
 {
+    if (u->kind == URI_RDMA) {
+#ifdef HAVE_RDMA
+        *created = 0; /* the memory node made the pool */
+        return verbs_transport_connect(u->path, u->port, u->src[0] ? u->src : NULL, tp);
+#else
+        (void)size;
+        (void)tp;
+        (void)created;
+        return FMEM_ENOTSUP; /* built without rdma-core */
+#endif
+    }
     struct shm_params sp = {
         .path = u->kind == URI_MEM ? NULL : u->path,
         .create = u->create,
@@ -49,9 +64,14 @@ static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t siz
     };
     if (size)
         sizes_for(size, file_align(u), &sp.meta_size, &sp.data_size);
+    return shm_transport_open(&sp, tp, created);
+}
+
+static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size)
+{
     struct transport *tp;
     int created = 0;
-    int rc = shm_transport_open(&sp, &tp, &created);
+    int rc = open_transport(u, size, &tp, &created);
     if (rc)
         return rc;
     struct node *n;

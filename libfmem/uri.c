@@ -71,6 +71,10 @@ static int parse_query(char *q, struct node_uri *u)
             if (!parse_uint(v, 16383, &x) || x == 0)
                 return FMEM_EURI;
             u->user = (unsigned)x;
+        } else if (!strcmp(k, "src") && u->kind == URI_RDMA) {
+            if (!*v || strlen(v) >= sizeof u->src)
+                return FMEM_EURI;
+            strcpy(u->src, v);
         } else if (!strcmp(k, "create") || !strcmp(k, "log")) {
             if (strcmp(v, "0") && strcmp(v, "1"))
                 return FMEM_EURI;
@@ -111,6 +115,19 @@ static int parse_one(char *s, struct node_uri *u)
             return FMEM_EURI;
         u->kind = URI_FILE;
         strcpy(u->path, s + 5);
+    } else if (!strncmp(s, "rdma://", 7)) {
+        /* rdma://HOST:PORT */
+        char *host = s + 7, *colon = strrchr(host, ':');
+        if (!colon || colon == host || !colon[1] || strlen(colon + 1) >= sizeof u->port ||
+            (size_t)(colon - host) >= sizeof u->path)
+            return FMEM_EURI;
+        for (const char *c = colon + 1; *c; c++)
+            if (*c < '0' || *c > '9')
+                return FMEM_EURI;
+        u->kind = URI_RDMA;
+        memcpy(u->path, host, (size_t)(colon - host));
+        u->path[colon - host] = 0;
+        strcpy(u->port, colon + 1);
     } else {
         return FMEM_EURI;
     }

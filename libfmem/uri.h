@@ -6,11 +6,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum uri_kind { URI_MEM, URI_SHM, URI_FILE };
+enum uri_kind { URI_MEM, URI_SHM, URI_FILE, URI_RDMA };
 
 struct node_uri {
     enum uri_kind kind;
-    char path[PATH_MAX]; /* shm: /dev/shm/NAME; file: the path */
+    char path[PATH_MAX]; /* shm: /dev/shm/NAME; file: the path; rdma: host */
+    char port[8];        /* rdma */
+    char src[64];        /* rdma: local address to connect from, or "" */
     uint64_t size;       /* 0: not given */
     unsigned nodes;      /* mem: number of nodes */
     uint64_t rtt_ns;

@@ -1,0 +1,317 @@
+/* transport_verbs.c - the one-sided operations over RDMA (rdma-core): RC
+ * queue pairs to a memory node, IBV_WR_RDMA_READ / RDMA_WRITE /
+ * ATOMIC_CMP_AND_SWP. A batch is posted as one chain of work requests with
+ * only the last one signaled (a failed request still completes with an
+ * error), so it costs one round trip. Data moves through a registered
+ * bounce buffer per queue pair; callers' buffers need no registration.
+ * Threads share a few queue pairs, each under its own lock. */
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmem.h"
+#include "transport.h"
+#include "verbs/transport_verbs.h"
+#include "verbs/verbs_proto.h"
+
+#define NCONN 4                     /* queue pairs per transport */
+#define BOUNCE_SIZE (4u << 20)      /* bytes of registered staging memory */
+#define MAX_WR 128                  /* work requests per post */
+#define MAX_SGE_BYTES (1u << 20)    /* split reads and writes at 1 MiB */
+#define CM_TIMEOUT_MS 5000
+
+struct verbs_conn {
+    pthread_mutex_t lock;
+    struct rdma_cm_id *id;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_mr *mr;
+    char *bounce;
+};
+
+struct verbs_transport {
+    struct transport t;
+    struct rdma_event_channel *ec;
+    struct verbs_conn conn[NCONN];
+    unsigned nconn;
+    uint64_t rbase;
+    uint32_t rkey;
+};
+
+static _Atomic unsigned conn_rr;
+static _Thread_local int tl_conn = -1;
+
+static int wait_event(struct rdma_event_channel *ec, enum rdma_cm_event_type want,
+                      struct verbs_welcome *welcome)
+{
+    struct rdma_cm_event *ev;
+    if (rdma_get_cm_event(ec, &ev))
+        return FMEM_EIO;
+    int ok = ev->event == want;
+    if (ok && welcome) {
+        const void *pd = ev->param.conn.private_data;
+        if (!pd || ev->param.conn.private_data_len < sizeof *welcome)
+            ok = 0;
+        else
+            memcpy(welcome, pd, sizeof *welcome);
+    }
+    if (!ok)
+        errno = ev->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EPROTO;
+    rdma_ack_cm_event(ev);
+    return ok ? 0 : FMEM_EIO;
+}
+
+static void conn_close(struct verbs_conn *c)
+{
+    if (c->id) {
+        if (c->id->qp)
+            rdma_disconnect(c->id);
+        if (c->id->qp)
+            rdma_destroy_qp(c->id);
+    }
+    if (c->mr)
+        ibv_dereg_mr(c->mr);
+    free(c->bounce);
+    if (c->cq)
+        ibv_destroy_cq(c->cq);
+    if (c->pd)
+        ibv_dealloc_pd(c->pd);
+    if (c->id)
+        rdma_destroy_id(c->id);
+    pthread_mutex_destroy(&c->lock);
+    memset(c, 0, sizeof *c);
+}
+
+static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct addrinfo *ai,
+                     struct addrinfo *src, struct verbs_welcome *w)
+{
+    pthread_mutex_init(&c->lock, NULL);
+    if (rdma_create_id(v->ec, &c->id, NULL, RDMA_PS_TCP))
+        return FMEM_EIO;
+    if (rdma_resolve_addr(c->id, src ? src->ai_addr : NULL, ai->ai_addr, CM_TIMEOUT_MS) ||
+        wait_event(v->ec, RDMA_CM_EVENT_ADDR_RESOLVED, NULL) ||
+        rdma_resolve_route(c->id, CM_TIMEOUT_MS) ||
+        wait_event(v->ec, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL))
+        return FMEM_EIO;
+    c->pd = ibv_alloc_pd(c->id->verbs);
+    c->cq = c->pd ? ibv_create_cq(c->id->verbs, 2 * MAX_WR, NULL, NULL, 0) : NULL;
+    c->bounce = aligned_alloc(4096, BOUNCE_SIZE);
+    if (!c->pd || !c->cq || !c->bounce)
+        return FMEM_EIO;
+    c->mr = ibv_reg_mr(c->pd, c->bounce, BOUNCE_SIZE, IBV_ACCESS_LOCAL_WRITE);
+    if (!c->mr)
+        return FMEM_EIO;
+    struct ibv_qp_init_attr qa = {
+        .send_cq = c->cq,
+        .recv_cq = c->cq,
+        .qp_type = IBV_QPT_RC,
+        .sq_sig_all = 0,
+        .cap = {.max_send_wr = MAX_WR, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+    };
+    if (rdma_create_qp(c->id, c->pd, &qa))
+        return FMEM_EIO;
+    struct verbs_hello hello = {.magic = VERBS_MAGIC, .version = VERBS_VERSION};
+    struct rdma_conn_param cp = {
+        .private_data = &hello,
+        .private_data_len = sizeof hello,
+        .initiator_depth = 16,
+        .responder_resources = 16,
+        .retry_count = 7,
+        .rnr_retry_count = 7,
+    };
+    if (rdma_connect(c->id, &cp) || wait_event(v->ec, RDMA_CM_EVENT_ESTABLISHED, w))
+        return FMEM_EIO;
+    if (w->magic != VERBS_MAGIC || w->version != VERBS_VERSION || w->size < w->meta_size)
+        return FMEM_ECORRUPT;
+    return 0;
+}
+
+/* Post ops[0..n) (all fitting the bounce buffer and MAX_WR) and wait. */
+static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp_op *ops,
+                      size_t n, size_t *bounce_off)
+{
+    struct ibv_send_wr wr[MAX_WR], *bad;
+    struct ibv_sge sge[MAX_WR];
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct tp_op *op = &ops[i];
+        size_t len = op->kind == TP_CAS ? 8 : op->len;
+        off = (off + 7) & ~(size_t)7; /* atomics need 8-byte aligned targets */
+        bounce_off[i] = off;
+        if (op->kind == TP_WRITE)
+            memcpy(c->bounce + off, op->buf, len);
+        sge[i] = (struct ibv_sge){.addr = (uintptr_t)(c->bounce + off), .length = (uint32_t)len,
+                                  .lkey = c->mr->lkey};
+        wr[i] = (struct ibv_send_wr){.wr_id = i, .sg_list = &sge[i], .num_sge = len ? 1 : 0,
+                                     .next = i + 1 < n ? &wr[i + 1] : NULL};
+        uint64_t raddr = v->rbase + op->off;
+        switch (op->kind) {
+        case TP_READ:
+            wr[i].opcode = IBV_WR_RDMA_READ;
+            wr[i].wr.rdma.remote_addr = raddr;
+            wr[i].wr.rdma.rkey = v->rkey;
+            break;
+        case TP_WRITE:
+            wr[i].opcode = IBV_WR_RDMA_WRITE;
+            wr[i].wr.rdma.remote_addr = raddr;
+            wr[i].wr.rdma.rkey = v->rkey;
+            break;
+        case TP_CAS:
+            wr[i].opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+            wr[i].wr.atomic.remote_addr = raddr;
+            wr[i].wr.atomic.rkey = v->rkey;
+            wr[i].wr.atomic.compare_add = op->expect;
+            wr[i].wr.atomic.swap = op->desired;
+            break;
+        }
+        off += len;
+    }
+    wr[n - 1].send_flags = IBV_SEND_SIGNALED; /* selective signaling */
+    if (ibv_post_send(c->id->qp, wr, &bad))
+        return FMEM_EIO;
+    /* wait for the last request, or the first error */
+    for (;;) {
+        struct ibv_wc wc;
+        int k = ibv_poll_cq(c->cq, 1, &wc);
+        if (k < 0)
+            return FMEM_EIO;
+        if (k == 0)
+            continue;
+        if (wc.status != IBV_WC_SUCCESS) {
+            /* the requests behind it are flushed with errors: drain them */
+            if (wc.wr_id != n - 1) {
+                struct ibv_wc rest;
+                while (ibv_poll_cq(c->cq, 1, &rest) == 0 || rest.wr_id != n - 1)
+                    ;
+            }
+            errno = EACCES;
+            return wc.status == IBV_WC_REM_ACCESS_ERR ? FMEM_EACCES : FMEM_EIO;
+        }
+        if (wc.wr_id == n - 1)
+            break;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].kind == TP_READ)
+            memcpy(ops[i].buf, c->bounce + bounce_off[i], ops[i].len);
+        else if (ops[i].kind == TP_CAS)
+            memcpy(&ops[i].old, c->bounce + bounce_off[i], 8);
+    }
+    return 0;
+}
+
+static size_t op_bytes(const struct tp_op *op)
+{
+    return (op->kind == TP_CAS ? 8 : op->len) + 8;
+}
+
+/* Large reads and writes are split into 1 MiB pieces; batches are cut
+ * where they would overflow the bounce buffer or the send queue. */
+static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t len = ops[i].kind == TP_CAS ? 8 : ops[i].len;
+        if (ops[i].off > t->size || len > t->size - ops[i].off)
+            return FMEM_EINVAL;
+        if (ops[i].kind == TP_CAS && (ops[i].off & 7))
+            return FMEM_EINVAL;
+    }
+    if (tl_conn < 0)
+        tl_conn = (int)(atomic_fetch_add(&conn_rr, 1) % v->nconn);
+    struct verbs_conn *c = &v->conn[tl_conn];
+    struct tp_op chain[MAX_WR];
+    size_t bounce_off[MAX_WR], nchain = 0, used = 0;
+    int rc = 0;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct tp_op *op = &ops[i];
+        uint64_t done = 0, total = op->kind == TP_CAS ? 8 : op->len;
+        do { /* one piece of op per iteration */
+            struct tp_op piece = *op;
+            if (op->kind != TP_CAS) {
+                piece.off = op->off + done;
+                piece.buf = (char *)op->buf + done;
+                piece.len = total - done < MAX_SGE_BYTES ? total - done : MAX_SGE_BYTES;
+            }
+            if (nchain == MAX_WR || used + op_bytes(&piece) > BOUNCE_SIZE) {
+                rc = post_chain(v, c, chain, nchain, bounce_off);
+                if (rc)
+                    break;
+                for (size_t k = 0; k < nchain; k++) /* CAS results */
+                    if (chain[k].kind == TP_CAS)
+                        ((struct tp_op *)chain[k].buf)->old = chain[k].old;
+                nchain = used = 0;
+            }
+            if (op->kind == TP_CAS)
+                piece.buf = op; /* where to put the result */
+            chain[nchain++] = piece;
+            used += op_bytes(&piece);
+            done += piece.kind == TP_CAS ? 8 : piece.len;
+        } while (done < total);
+    }
+    if (rc == 0 && nchain) {
+        rc = post_chain(v, c, chain, nchain, bounce_off);
+        for (size_t k = 0; rc == 0 && k < nchain; k++)
+            if (chain[k].kind == TP_CAS)
+                ((struct tp_op *)chain[k].buf)->old = chain[k].old;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+static void verbs_close(struct transport *t)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    for (unsigned i = 0; i < v->nconn; i++)
+        conn_close(&v->conn[i]);
+    if (v->ec)
+        rdma_destroy_event_channel(v->ec);
+    free(v);
+}
+
+static const struct transport_ops verbs_ops = {.batch = verbs_batch, .close = verbs_close};
+
+int verbs_transport_connect(const char *host, const char *port, const char *src,
+                            struct transport **out)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai, *sai = NULL;
+    if (getaddrinfo(host, port, &hints, &ai))
+        return FMEM_EURI;
+    if (src && getaddrinfo(src, NULL, &hints, &sai)) {
+        freeaddrinfo(ai);
+        return FMEM_EURI;
+    }
+    struct verbs_transport *v = calloc(1, sizeof *v);
+    int rc = v ? 0 : FMEM_ENOMEM;
+    if (rc == 0 && !(v->ec = rdma_create_event_channel()))
+        rc = FMEM_EIO;
+    struct verbs_welcome w = {0}, w0 = {0};
+    for (unsigned i = 0; rc == 0 && i < NCONN; i++) {
+        rc = conn_open(v, &v->conn[i], ai, sai, i ? &w : &w0);
+        if (rc == 0 && i && (w.rkey != w0.rkey || w.base != w0.base || w.size != w0.size))
+            rc = FMEM_ECORRUPT;
+        v->nconn = i + 1;
+    }
+    freeaddrinfo(ai);
+    if (sai)
+        freeaddrinfo(sai);
+    if (rc) {
+        if (v)
+            verbs_close(&v->t);
+        return rc;
+    }
+    v->rbase = w0.base;
+    v->rkey = w0.rkey;
+    v->t.ops = &verbs_ops;
+    v->t.size = w0.size;
+    v->t.meta_size = w0.meta_size;
+    v->t.base = NULL; /* no direct mapping */
+    v->t.name = "verbs";
+    *out = &v->t;
+    return 0;
+}

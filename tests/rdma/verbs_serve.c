@@ -1,0 +1,48 @@
+/* verbs_serve - serve a named pool over RDMA for the soft-RoCE tests:
+ *   verbs_serve POOL_URI ADDR PORT   (runs until SIGTERM/SIGINT)
+ * Creates the pool if needed, registers it as one memory region and
+ * accepts connections; prints "ready" once listening. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fmem.h"
+#include "pool_internal.h"
+#include "verbs/transport_verbs.h"
+
+static atomic_int stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stop, 1);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: verbs_serve POOL_URI ADDR PORT\n");
+        return 2;
+    }
+    fmem_pool *p;
+    int rc = fmem_open(argv[1], &p);
+    if (rc) {
+        fprintf(stderr, "verbs_serve: %s: %s\n", argv[1], fmem_strerror(rc));
+        return 1;
+    }
+    struct verbs_server *s;
+    rc = verbs_server_start(p->nodes[0]->tp, argv[2], argv[3], &s);
+    if (rc) {
+        fprintf(stderr, "verbs_serve: listen %s:%s: %s\n", argv[2], argv[3], fmem_strerror(rc));
+        return 1;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    printf("ready\n");
+    fflush(stdout);
+    rc = verbs_server_run(s, &stop);
+    verbs_server_stop(s);
+    fmem_close(p);
+    return rc ? 1 : 0;
+}
