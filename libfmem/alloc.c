@@ -100,12 +100,22 @@ static int layer_free(struct node *n, uint64_t chunk, unsigned log2c, unsigned u
 }
 
 /* Replace the main key by the backup (the old key dies now) and make a new
- * backup. With a memory-node regenerator the backup would be refilled in the
- * background; embedded, the freeing client refills it in the same CAS. */
+ * backup. Embedded, the freeing client refills the backup in the same CAS;
+ * with a memory-node regenerator (remote_regen) the backup is left empty for
+ * it to refill in the background, and a free that finds it empty (the
+ * regenerator is behind) makes a fresh main key itself. */
+static uint64_t revoked_cap(struct node *n, uint64_t cap)
+{
+    if (!n->remote_regen)
+        return cap_make(cap_backup(cap), node_new_key(n));
+    uint32_t b = cap_backup(cap);
+    return cap_make(b ? b : node_new_key(n), 0);
+}
+
 static int revoke(struct node *n, uint64_t chunk, uint64_t cap, bool any_key)
 {
     for (;;) {
-        uint64_t next = cap_make(cap_backup(cap), node_new_key(n)), old;
+        uint64_t next = revoked_cap(n, cap), old;
         int r = tp_cas(n->tp, cap_off(n, chunk), cap, next, &old);
         if (r != 0)
             return r < 0 ? r : 0;

@@ -69,9 +69,10 @@ static void format_pool(struct transport *tp, const struct geometry *g)
 
 /* Claim a free user slot (pid recorded) with a CAS on the 8-byte word
  * holding it. Slot 0 is never used: user id 0 means "nobody". */
-static int claim_uid(struct node *n, unsigned *uid)
+int node_claim_uid_for(struct node *n, uint32_t pid, unsigned *uid)
 {
-    uint32_t pid = (uint32_t)getpid();
+    if (pid == 0)
+        return FMEM_EINVAL;
     for (uint64_t u = 1; u < n->g.nusers; u++) {
         uint64_t word_off = n->g.users_off + 4 * (u & ~UINT64_C(1));
         unsigned shift = (u & 1) ? 32 : 0;
@@ -92,6 +93,19 @@ static int claim_uid(struct node *n, unsigned *uid)
         }
     }
     return FMEM_EBUSY;
+}
+
+static int claim_uid(struct node *n, unsigned *uid)
+{
+    return node_claim_uid_for(n, (uint32_t)getpid(), uid);
+}
+
+uint32_t node_uid_pid(struct node *n, unsigned u)
+{
+    uint32_t pid;
+    if (u == 0 || u >= n->g.nusers || tp_read(n->tp, n->g.users_off + 4 * (uint64_t)u, &pid, 4) < 0)
+        return 0;
+    return pid;
 }
 
 void node_clear_uid(struct node *n, unsigned u)

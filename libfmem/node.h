@@ -25,6 +25,7 @@ struct node {
     unsigned uid;     /* user id this client logs under */
     bool log_flush;   /* flush temporary redo logs (on by default) */
     bool owns_uid;    /* release the user slot on close */
+    bool remote_regen; /* a memory node refills backup keys (service mode) */
     /* this client's caches of the section and span headers; refreshed only
      * when a CAS fails or a search comes up empty */
     _Atomic uint64_t *sec_cache;
@@ -49,6 +50,10 @@ int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
 void node_close(struct node *n);
 /* Free user slot `uid` (after its recovery). */
 void node_clear_uid(struct node *n, unsigned uid);
+/* Claim a free user slot on behalf of process `pid` (a memory node for its
+ * services); the pid of slot `uid`, 0 if free. */
+int node_claim_uid_for(struct node *n, uint32_t pid, unsigned *uid);
+uint32_t node_uid_pid(struct node *n, unsigned uid);
 uint32_t node_new_key(struct node *n);
 void node_refresh_all(struct node *n);
 uint64_t node_allocated_bytes(struct node *n);

@@ -1,6 +1,6 @@
 /* pool.c - the public API front: argument checks shared by every backend,
  * and dispatch to the backend behind the pool (embedded: this process runs
- * the protocol; a service client would forward to an allocation service). */
+ * the protocol; service: requests go to an allocation service, fmemd). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +8,7 @@
 
 #include "fmem.h"
 #include "pool_internal.h"
+#include "service/client.h"
 #include "uri.h"
 
 int fmem_open(const char *uri, fmem_pool **out)
@@ -19,6 +20,8 @@ int fmem_open(const char *uri, fmem_pool **out)
         uri = getenv("FMEM_URI");
     if (!uri || !*uri)
         uri = "mem:";
+    if (service_uri(uri)) /* unix:/PATH, fmem://...: an allocation service */
+        return service_open(uri, out);
     return embedded_open(uri, out);
 }
 

@@ -1,6 +1,10 @@
-/* fmem - command-line tool for fmem pools.
+/* fmem - command-line tool for fmem pools and services.
+ *   fmem status [URI] [--map FILE.png] [--node N]
+ *                            pools, space, services, applications
  *   fmem verify URI          check headers against the redo log
- *   fmem recover URI UID     reclaim everything user UID owns (UID is dead) */
+ *   fmem recover URI UID     reclaim everything user UID owns (UID is dead)
+ *   fmem mnode ARGS...       run the memory node daemon in the foreground
+ *   fmem daemon ARGS...      run the allocation service in the foreground */
 #include <errno.h>
 #include <fmem.h>
 #include <fmem_admin.h>
@@ -8,11 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "service/status_cmd.h"
+
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: fmem verify URI\n"
+    fprintf(f, "usage: fmem status [URI] [--map FILE.png] [--node N]\n"
+               "       fmem verify URI\n"
                "       fmem recover URI UID\n"
-               "URI is a pool URI, e.g. shm:/NAME (see fmem_open in fmem.h)\n");
+               "       fmem mnode --pool URI --socket PATH [options]   (see fmem mnode --help)\n"
+               "       fmem daemon --mnode PATH --socket PATH [options] (see fmem daemon --help)\n"
+               "URI is a pool URI, e.g. shm:/NAME (see fmem_open in fmem.h), or a daemon's\n"
+               "socket: unix:/PATH or fmem://[localhost]/PATH (status only). status without\n"
+               "a URI asks $FMEM_URI, else the default service socket.\n");
     return f == stderr ? 2 : 0;
 }
 
@@ -91,6 +102,12 @@ int main(int argc, char **argv)
         return usage(stderr);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
         return usage(stdout);
+    if (!strcmp(argv[1], "status"))
+        return cmd_status(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "mnode"))
+        return cmd_exec_daemon("fmem-mnode", argc - 1, argv + 1);
+    if (!strcmp(argv[1], "daemon"))
+        return cmd_exec_daemon("fmemd", argc - 1, argv + 1);
     if (!strcmp(argv[1], "verify") && argc == 3)
         return cmd_verify(argv[2]);
     if (!strcmp(argv[1], "recover") && argc == 4)

@@ -1,0 +1,373 @@
+/* client.c - the service backend of fmem_pool: fmem_open("unix:/PATH") or
+ * "fmem://[localhost]/PATH" connects to an fmemd. Allocation and free go
+ * through the shared-memory ring to fmemd, which alone touches metadata;
+ * the pool's data files (never its metadata) are mapped here, so fmem_map,
+ * fmem_read and fmem_write run locally after checking that the handle is one
+ * this client currently holds. On the shared-memory transport that check is
+ * in software: a process that maps the data file can reach all of it. */
+#include "service/client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pool_internal.h"
+#include "service/own.h"
+#include "service/ring.h"
+#include "service/sock.h"
+
+#define DEFAULT_SOCKET "/run/fmem/fmemd.sock"
+#define CLIENT_SPIN_NS 50000 /* spin for a reply before sleeping */
+
+struct svc_client {
+    int sock;
+    struct ring_hdr *ring;
+    unsigned nnodes, app_id;
+    void *data[SVC_MAX_NODES];
+    uint64_t data_bytes[SVC_MAX_NODES];
+    pthread_rwlock_t lock; /* guards held */
+    struct own_table held;
+    pthread_mutex_t sock_mu; /* one socket request at a time */
+    _Atomic bool dead;
+    _Atomic uint64_t allocs, frees, failed, size_class[FMEM_SIZE_CLASSES];
+    _Atomic uint32_t seq;
+};
+
+static struct svc_client *C(fmem_pool *p) { return p->backend; }
+
+/* "unix:/path", "unix:path", "fmem://", "fmem:///path", "fmem://localhost/path" */
+static int socket_path(const char *uri, char *out, size_t cap)
+{
+    const char *path;
+    if (!strncmp(uri, "unix:", 5)) {
+        path = uri + 5;
+    } else if (!strncmp(uri, "fmem://", 7)) {
+        const char *host = uri + 7;
+        path = strchr(host, '/');
+        size_t hl = path ? (size_t)(path - host) : strlen(host);
+        if (hl && !(hl == 9 && !strncmp(host, "localhost", 9)))
+            return FMEM_EURI; /* only this machine's service is reachable */
+        if (!path || !path[1])
+            path = DEFAULT_SOCKET;
+    } else {
+        return FMEM_EURI;
+    }
+    if (!*path || strchr(path, '?') || strlen(path) >= cap || strlen(path) >= 108)
+        return FMEM_EURI;
+    strcpy(out, path);
+    return 0;
+}
+
+static bool alive(void *ctx)
+{
+    struct svc_client *c = ctx;
+    if (atomic_load(&c->dead))
+        return false;
+    struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLRDHUP))) {
+        atomic_store(&c->dead, true);
+        return false;
+    }
+    return true;
+}
+
+static int call(struct svc_client *c, struct ring_req *req, struct ring_rsp *rsp)
+{
+    if (atomic_load_explicit(&c->dead, memory_order_relaxed))
+        return FMEM_EIO;
+    int rc = ring_call(c->ring, req, rsp, alive, c, CLIENT_SPIN_NS);
+    if (rc)
+        return rc;
+    if (rsp->cookie != req->cookie)
+        return FMEM_EIO;
+    return rsp->rc;
+}
+
+/* Ask on the socket, wait for the reply of type `want`. */
+static int sock_call(struct svc_client *c, uint16_t type, const void *p, size_t plen,
+                     uint16_t want, struct msg *out, uint8_t *buf)
+{
+    pthread_mutex_lock(&c->sock_mu);
+    uint32_t seq = atomic_fetch_add(&c->seq, 1) + 1;
+    int rc = sock_send_msg(c->sock, type, seq, p, plen, NULL, 0) < 0 ? FMEM_EIO : 0;
+    while (rc == 0) {
+        ssize_t n = sock_recv_timeout(c->sock, buf, MSG_MAX_BYTES, NULL, 0, NULL, 10000);
+        if (n <= 0 && n != -2) {
+            rc = FMEM_EIO;
+            break;
+        }
+        if (n == -2 || msg_decode(buf, (size_t)n, out) || out->seq != seq)
+            continue; /* not the answer to this question */
+        if (out->type == MSG_ERROR)
+            rc = out->u.error.code;
+        else if (out->type != want)
+            rc = FMEM_EIO;
+        break;
+    }
+    pthread_mutex_unlock(&c->sock_mu);
+    return rc;
+}
+
+static int handshake(struct svc_client *c)
+{
+    struct msg_app_hello h = {0};
+    snprintf(h.name, sizeof h.name, "%s", program_invocation_short_name);
+    if (sock_send_msg(c->sock, MSG_APP_HELLO, 1, &h, sizeof h, NULL, 0) < 0)
+        return FMEM_EIO;
+    uint8_t *buf = malloc(MSG_MAX_BYTES);
+    if (!buf)
+        return FMEM_ENOMEM;
+    int fds[SVC_MAX_FDS];
+    unsigned nfds = 0;
+    ssize_t n = sock_recv_timeout(c->sock, buf, MSG_MAX_BYTES, fds, SVC_MAX_FDS, &nfds, 10000);
+    struct msg m;
+    int rc = n > 0 ? msg_decode(buf, (size_t)n, &m) : FMEM_EIO;
+    free(buf);
+    if (rc == 0 && m.type == MSG_ERROR)
+        rc = m.u.error.code;
+    else if (rc == 0 && (m.type != MSG_APP_WELCOME || nfds != m.u.welcome.nnodes + 1))
+        rc = FMEM_EIO;
+    if (rc == 0)
+        rc = ring_map(fds[0], &c->ring);
+    for (unsigned i = 1; rc == 0 && i < nfds; i++) {
+        struct stat st;
+        uint64_t sz = m.u.welcome.data_bytes[i - 1];
+        if (fstat(fds[i], &st) < 0 || (uint64_t)st.st_size != sz) {
+            rc = FMEM_ECORRUPT;
+            break;
+        }
+        void *b = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+        if (b == MAP_FAILED) {
+            rc = FMEM_EIO;
+            break;
+        }
+        c->data[i - 1] = b;
+        c->data_bytes[i - 1] = sz;
+        c->nnodes = i;
+    }
+    if (rc == 0)
+        c->app_id = m.u.welcome.app_id;
+    for (unsigned i = 0; i < nfds; i++)
+        close(fds[i]);
+    return rc;
+}
+
+static void cl_close(fmem_pool *p)
+{
+    struct svc_client *c = C(p);
+    if (c) {
+        for (unsigned i = 0; i < c->nnodes; i++)
+            munmap(c->data[i], c->data_bytes[i]);
+        ring_unmap(c->ring);
+        if (c->sock >= 0)
+            close(c->sock); /* fmemd frees whatever is still held */
+        own_free(&c->held);
+        pthread_rwlock_destroy(&c->lock);
+        pthread_mutex_destroy(&c->sock_mu);
+        free(c);
+    }
+    free(p);
+}
+
+static unsigned log2_of(uint64_t len)
+{
+    unsigned k = 0;
+    while ((FMEM_CHUNK_SIZE << k) < len)
+        k++;
+    return k;
+}
+
+static int cl_alloc(fmem_pool *p, size_t size, fmem_handle *out)
+{
+    struct svc_client *c = C(p);
+    struct ring_req req = {.op = RING_ALLOC, .size = size,
+                           .cookie = atomic_fetch_add(&c->seq, 1)};
+    struct ring_rsp rsp;
+    int rc = call(c, &req, &rsp);
+    const fmem_handle *h = &rsp.h;
+    if (rc == 0 && (h->node >= c->nnodes || h->length < size || h->length < FMEM_CHUNK_SIZE ||
+                    (h->length & (h->length - 1)) || h->addr > c->data_bytes[h->node] ||
+                    h->length > c->data_bytes[h->node] - h->addr))
+        rc = FMEM_EIO; /* the service answered nonsense */
+    if (rc == 0) {
+        pthread_rwlock_wrlock(&c->lock);
+        bool ok = own_put(&c->held, own_key(h->node, h->addr >> CHUNK_SHIFT), h->rkey,
+                          log2_of(h->length));
+        pthread_rwlock_unlock(&c->lock);
+        if (!ok) {
+            struct ring_req fr = {.op = RING_FREE, .h = *h};
+            call(c, &fr, &rsp);
+            rc = FMEM_ENOMEM;
+        }
+    }
+    if (rc) {
+        atomic_fetch_add_explicit(&c->failed, 1, memory_order_relaxed);
+        return rc;
+    }
+    *out = *h;
+    unsigned k = log2_of(h->length);
+    atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->size_class[k < FMEM_SIZE_CLASSES ? k : FMEM_SIZE_CLASSES - 1], 1,
+                              memory_order_relaxed);
+    return 0;
+}
+
+/* Is h a block this client holds? 0, FMEM_EBADHANDLE or FMEM_EACCES. */
+static int held_check(struct svc_client *c, const fmem_handle *h)
+{
+    if (h->node >= c->nnodes || h->flags || h->length < FMEM_CHUNK_SIZE ||
+        (h->length & (h->length - 1)) || (h->addr & (FMEM_CHUNK_SIZE - 1)))
+        return FMEM_EBADHANDLE;
+    struct own_entry *e = own_get(&c->held, own_key(h->node, h->addr >> CHUNK_SHIFT));
+    if (!e || e->log2_chunks != log2_of(h->length))
+        return FMEM_EBADHANDLE;
+    return e->rkey == h->rkey ? 0 : FMEM_EACCES;
+}
+
+static int cl_free(fmem_pool *p, const fmem_handle *h)
+{
+    struct svc_client *c = C(p);
+    pthread_rwlock_wrlock(&c->lock);
+    int local = held_check(c, h);
+    if (local == 0) /* no access from here on, even before fmemd answers */
+        own_del(&c->held, own_get(&c->held, own_key(h->node, h->addr >> CHUNK_SHIFT)));
+    pthread_rwlock_unlock(&c->lock);
+    /* fmemd decides in any case: it checks its own table of our blocks */
+    struct ring_req req = {.op = RING_FREE, .h = *h, .cookie = atomic_fetch_add(&c->seq, 1)};
+    struct ring_rsp rsp;
+    int rc = call(c, &req, &rsp);
+    if (rc == 0)
+        atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+    return rc;
+}
+
+static int access_check(struct svc_client *c, const fmem_handle *h, uint64_t off, size_t len,
+                        char **where)
+{
+    if (atomic_load_explicit(&c->dead, memory_order_relaxed))
+        return FMEM_EIO;
+    pthread_rwlock_rdlock(&c->lock);
+    int rc = held_check(c, h);
+    pthread_rwlock_unlock(&c->lock);
+    if (rc)
+        return rc;
+    if (off > h->length || len > h->length - off)
+        return FMEM_ERANGE;
+    *where = (char *)c->data[h->node] + h->addr + off;
+    return 0;
+}
+
+static int cl_map(fmem_pool *p, const fmem_handle *h, void **ptr)
+{
+    char *w;
+    int rc = access_check(C(p), h, 0, 0, &w);
+    if (rc == 0)
+        *ptr = w;
+    return rc;
+}
+
+static int cl_read(fmem_pool *p, const fmem_handle *h, uint64_t off, void *dst, size_t len)
+{
+    char *w;
+    int rc = access_check(C(p), h, off, len, &w);
+    if (rc == 0 && len)
+        memcpy(dst, w, len);
+    return rc;
+}
+
+static int cl_write(fmem_pool *p, const fmem_handle *h, uint64_t off, const void *src, size_t len)
+{
+    char *w;
+    int rc = access_check(C(p), h, off, len, &w);
+    if (rc == 0 && len)
+        memcpy(w, src, len);
+    return rc;
+}
+
+static int cl_stats(fmem_pool *p, fmem_stats_t *st)
+{
+    struct svc_client *c = C(p);
+    uint8_t *buf = malloc(MSG_MAX_BYTES);
+    if (!buf)
+        return FMEM_ENOMEM;
+    struct msg m;
+    int rc = sock_call(c, MSG_STATS_REQ, NULL, 0, MSG_STATS, &m, buf);
+    free(buf);
+    if (rc)
+        return rc;
+    st->capacity_bytes = m.u.stats.capacity_bytes;
+    st->allocated_bytes = m.u.stats.allocated_bytes;
+    st->metadata_bytes = m.u.stats.metadata_bytes;
+    st->nodes = m.u.stats.nodes;
+    st->user_id = m.u.stats.user_id;
+    st->allocs = atomic_load(&c->allocs);
+    st->frees = atomic_load(&c->frees);
+    st->failed_allocs = atomic_load(&c->failed);
+    for (int i = 0; i < FMEM_SIZE_CLASSES; i++)
+        st->size_class_allocs[i] = atomic_load(&c->size_class[i]);
+    return 0;
+}
+
+static const struct pool_ops client_ops = {
+    .alloc = cl_alloc,
+    .free = cl_free,
+    .map = cl_map,
+    .read = cl_read,
+    .write = cl_write,
+    .stats = cl_stats,
+    .close = cl_close,
+};
+
+int service_open(const char *uri, fmem_pool **out)
+{
+    char path[PATH_MAX];
+    int rc = socket_path(uri, path, sizeof path);
+    if (rc)
+        return rc;
+    fmem_pool *p = calloc(1, sizeof *p);
+    struct svc_client *c = calloc(1, sizeof *c);
+    if (!p || !c) {
+        free(p);
+        free(c);
+        return FMEM_ENOMEM;
+    }
+    p->ops = &client_ops;
+    p->backend = c;
+    p->nnodes = 0; /* no metadata here: admin calls answer FMEM_ENOTSUP */
+    pthread_rwlock_init(&c->lock, NULL);
+    pthread_mutex_init(&c->sock_mu, NULL);
+    c->sock = sock_connect(path);
+    if (c->sock < 0) {
+        rc = FMEM_EIO;
+    } else {
+        rc = handshake(c);
+    }
+    if (rc) {
+        int e = errno;
+        cl_close(p);
+        errno = e;
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+int service_ping(fmem_pool *p)
+{
+    if (!p || p->ops != &client_ops)
+        return FMEM_ENOTSUP;
+    struct ring_req req = {.op = RING_PING, .cookie = atomic_fetch_add(&C(p)->seq, 1)};
+    struct ring_rsp rsp;
+    return call(C(p), &req, &rsp);
+}
+
+struct ring_hdr *service_ring(fmem_pool *p)
+{
+    return p && p->ops == &client_ops ? C(p)->ring : NULL;
+}

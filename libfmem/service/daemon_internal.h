@@ -1,0 +1,107 @@
+/* daemon_internal.h - fmemd's state, shared by its parts: the control loop
+ * (daemon.c), memory-node links (daemon_nodes.c), workers and request
+ * handling (daemon_worker.c), application teardown (daemon_reaper.c) and
+ * status (daemon_status.c). */
+#ifndef FMEM_SVC_DAEMON_INTERNAL_H
+#define FMEM_SVC_DAEMON_INTERNAL_H
+
+#include <pthread.h>
+
+#include "node.h"
+#include "service/daemon.h"
+#include "service/own.h"
+#include "service/ring.h"
+
+#define MAX_APPS_HARD 4096
+#define MAX_WORKERS 64
+#define WORKER_BATCH 16 /* requests per ring per pass: one flooding ring
+                         * cannot starve the others */
+
+struct app {
+    int sock;
+    pid_t pid;
+    uid_t uid;
+    unsigned id;
+    char name[MSG_NAME_MAX];
+    struct ring_hdr *ring;
+    struct worker *w;
+    pthread_mutex_t mu; /* guards everything below */
+    struct own_table own;
+    uint64_t bytes, blocks;            /* held now */
+    uint64_t allocs, frees, pings, errors, refused_quota;
+};
+
+struct worker {
+    pthread_t thr;
+    pthread_mutex_t mu; /* guards apps[] and the pass over them */
+    struct app **apps;
+    unsigned napps;
+    _Atomic uint32_t kick; /* private futex: the app list changed, or quit */
+    _Atomic int quit;
+    _Atomic uint64_t served, sleeps;
+    struct fmemd *d;
+};
+
+struct dnode {
+    const char *path;   /* memory node socket */
+    int fd;             /* -1 while disconnected */
+    unsigned uid;
+    struct transport *tp;
+    struct node *n;
+    uint64_t data_bytes;
+    uint64_t hb_seq, next_try_ns;
+    char pool[64];
+    unsigned heartbeat_ms;
+};
+
+struct fmemd {
+    const struct fmemd_config *cfg;
+    struct dnode nodes[SVC_MAX_NODES];
+    unsigned nnodes;
+    uint64_t max_block; /* largest data area of a node */
+    _Atomic unsigned rr;
+    struct worker workers[MAX_WORKERS];
+    unsigned nworkers;
+    int lfd;
+    struct app **apps; /* control thread only */
+    unsigned napps, next_app_id;
+    /* teardown of departed applications */
+    pthread_t reaper;
+    pthread_mutex_t rmu;
+    pthread_cond_t rcv;
+    struct app **dead;
+    unsigned ndead, reaping;
+    _Atomic int quit;
+    _Atomic uint64_t apps_reaped, blocks_reaped, bad_messages;
+    uint64_t started_ns;
+};
+
+void dsay(const struct fmemd *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* daemon_nodes.c */
+int nodes_connect_all(struct fmemd *d);
+void nodes_heartbeat(struct fmemd *d);
+void nodes_on_message(struct fmemd *d, unsigned i);
+void nodes_reconnect(struct fmemd *d);
+void nodes_close(struct fmemd *d);
+
+/* daemon_worker.c */
+int workers_start(struct fmemd *d);
+void workers_stop(struct fmemd *d);
+void worker_attach(struct worker *w, struct app *a);
+void worker_detach(struct worker *w, struct app *a);
+/* Run one decoded request for application a (a->mu held). */
+void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, struct ring_rsp *rsp);
+
+/* daemon_reaper.c */
+int reaper_start(struct fmemd *d);
+void reaper_stop(struct fmemd *d);
+void reaper_queue(struct fmemd *d, struct app *a);
+/* Give back every block of `a` (a->mu held). Returns blocks freed. */
+uint64_t app_release_all(struct fmemd *d, struct app *a);
+
+/* daemon_status.c */
+void status_send(struct fmemd *d, int fd, uint32_t seq);
+void status_send_map(struct fmemd *d, int fd, uint32_t seq, unsigned node);
+
+#endif

@@ -1,0 +1,187 @@
+/* daemon_nodes.c - fmemd's links to its memory nodes: registration (user
+ * id and the pool's files), heartbeats, and resuming the same user id after
+ * the memory node restarts. While a memory node is away its pool stays
+ * mapped and in use; only key regeneration and recovery wait for it. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "service/daemon_internal.h"
+#include "service/sock.h"
+
+/* Register with memory node i (resume: keep our user id). 0 or FMEM_E*. */
+static int register_node(struct fmemd *d, unsigned i, bool resume)
+{
+    struct dnode *dn = &d->nodes[i];
+    int fd = sock_connect(dn->path);
+    if (fd < 0)
+        return FMEM_EIO;
+    struct msg_svc_register r = {.resume_uid = resume ? dn->uid : 0, .pid = (uint32_t)getpid()};
+    snprintf(r.name, sizeof r.name, "%s", d->cfg->name ? d->cfg->name : "fmemd");
+    if (sock_send_msg(fd, MSG_SVC_REGISTER, 1, &r, sizeof r, NULL, 0) < 0) {
+        close(fd);
+        return FMEM_EIO;
+    }
+    static uint8_t buf[MSG_MAX_BYTES];
+    int fds[2];
+    unsigned nfds = 0;
+    ssize_t n = sock_recv_timeout(fd, buf, sizeof buf, fds, 2, &nfds, 5000);
+    struct msg m;
+    int rc = n > 0 ? msg_decode(buf, (size_t)n, &m) : FMEM_EIO;
+    if (rc == 0 && m.type == MSG_ERROR)
+        rc = m.u.error.code;
+    else if (rc == 0 && (m.type != MSG_SVC_WELCOME || nfds != 2))
+        rc = FMEM_EINVAL;
+    if (rc) {
+        for (unsigned k = 0; k < nfds; k++)
+            close(fds[k]);
+        close(fd);
+        return rc;
+    }
+    if (resume) {
+        /* same pool, still mapped: the new descriptors are not needed */
+        close(fds[0]);
+        close(fds[1]);
+        if (m.u.svc_welcome.uid != dn->uid) {
+            close(fd);
+            return FMEM_EBUSY;
+        }
+    } else {
+        struct shm_params sp = {.from_fds = true, .meta_fd = fds[0], .data_fd = fds[1]};
+        struct transport *tp;
+        rc = shm_transport_open(&sp, &tp, NULL);
+        if (rc) {
+            close(fds[0]);
+            close(fds[1]);
+            close(fd);
+            return rc;
+        }
+        struct node *nd;
+        rc = node_open(tp, false, m.u.svc_welcome.uid, true, &nd);
+        if (rc) {
+            tp_close(tp);
+            close(fd);
+            return rc;
+        }
+        nd->index = i;
+        nd->remote_regen = true;
+        dn->tp = tp;
+        dn->n = nd;
+        dn->uid = m.u.svc_welcome.uid;
+        dn->data_bytes = nd->g.data_size;
+        if (dn->data_bytes > d->max_block)
+            d->max_block = dn->data_bytes;
+    }
+    dn->heartbeat_ms = m.u.svc_welcome.heartbeat_ms;
+    snprintf(dn->pool, sizeof dn->pool, "%s", m.u.svc_welcome.pool);
+    dn->fd = fd;
+    return 0;
+}
+
+int nodes_connect_all(struct fmemd *d)
+{
+    uint64_t deadline = ring_now_ns() + (uint64_t)d->cfg->connect_ms * 1000000u;
+    for (unsigned i = 0; i < d->nnodes; i++) {
+        d->nodes[i].fd = -1;
+        int rc;
+        while ((rc = register_node(d, i, false)) == FMEM_EIO && ring_now_ns() < deadline &&
+               !atomic_load(d->cfg->stop))
+            usleep(50000);
+        if (rc) {
+            dsay(d, "memory node %s: %s", d->nodes[i].path,
+                 rc == FMEM_EIO ? strerror(errno) : fmem_strerror(rc));
+            return rc;
+        }
+        dsay(d, "memory node %u: %s (%s), user %u, %llu MiB", i, d->nodes[i].pool,
+             d->nodes[i].path, d->nodes[i].uid,
+             (unsigned long long)(d->nodes[i].data_bytes >> 20));
+    }
+    return 0;
+}
+
+void nodes_heartbeat(struct fmemd *d)
+{
+    struct msg_heartbeat hb = {0};
+    hb.napps = d->napps;
+    for (unsigned i = 0; i < d->napps; i++) {
+        pthread_mutex_lock(&d->apps[i]->mu);
+        hb.app_bytes += d->apps[i]->bytes;
+        pthread_mutex_unlock(&d->apps[i]->mu);
+    }
+    for (unsigned i = 0; i < d->nnodes; i++) {
+        struct dnode *dn = &d->nodes[i];
+        if (dn->fd < 0)
+            continue;
+        hb.seq = ++dn->hb_seq;
+        sock_send_msg(dn->fd, MSG_HEARTBEAT, (uint32_t)hb.seq, &hb, sizeof hb, NULL, 0);
+    }
+}
+
+static void lost(struct fmemd *d, unsigned i, const char *why)
+{
+    struct dnode *dn = &d->nodes[i];
+    dsay(d, "memory node %u (%s): %s; reconnecting", i, dn->path, why);
+    close(dn->fd);
+    dn->fd = -1;
+    dn->next_try_ns = ring_now_ns() + 200000000u;
+}
+
+void nodes_on_message(struct fmemd *d, unsigned i)
+{
+    static uint8_t buf[MSG_MAX_BYTES];
+    struct dnode *dn = &d->nodes[i];
+    ssize_t n = sock_recv(dn->fd, buf, sizeof buf, NULL, 0, NULL);
+    if (n == 0 || n == -1) {
+        lost(d, i, "connection closed");
+        return;
+    }
+    struct msg m;
+    if (n < 0 || msg_decode(buf, (size_t)n, &m)) {
+        atomic_fetch_add(&d->bad_messages, 1);
+        return;
+    }
+    if (m.type == MSG_SHUTDOWN)
+        lost(d, i, "shutting down");
+    else if (m.type == MSG_ERROR)
+        dsay(d, "memory node %u: %s (%s)", i, m.u.error.text, fmem_strerror(m.u.error.code));
+}
+
+void nodes_reconnect(struct fmemd *d)
+{
+    uint64_t now = ring_now_ns();
+    for (unsigned i = 0; i < d->nnodes; i++) {
+        struct dnode *dn = &d->nodes[i];
+        if (dn->fd >= 0 || now < dn->next_try_ns)
+            continue;
+        int rc = register_node(d, i, true);
+        if (rc == 0) {
+            dsay(d, "memory node %u: resumed as user %u", i, dn->uid);
+        } else if (rc == FMEM_EBUSY) {
+            /* the memory node has recovered our user id: every block our
+             * applications held there is gone; only a restart is safe */
+            dsay(d, "memory node %u: our user id was reclaimed; exiting", i);
+            atomic_store(d->cfg->stop, 2);
+        } else {
+            dn->next_try_ns = now + 1000000000u;
+        }
+    }
+}
+
+void nodes_close(struct fmemd *d)
+{
+    for (unsigned i = 0; i < d->nnodes; i++) {
+        struct dnode *dn = &d->nodes[i];
+        if (dn->fd >= 0) {
+            /* every application is gone and its blocks given back */
+            sock_send_msg(dn->fd, MSG_SVC_BYE, 0, NULL, 0, NULL, 0);
+            close(dn->fd);
+            dn->fd = -1;
+        }
+        if (dn->n) {
+            node_close(dn->n);
+            tp_close(dn->tp);
+            dn->n = NULL;
+        }
+    }
+}

@@ -1,0 +1,282 @@
+/* daemon_worker.c - fmemd's workers, one per core. Each serves the rings of
+ * the applications assigned to it: it takes the posted slots, at most
+ * WORKER_BATCH per ring per pass, runs them, and when there has been
+ * nothing to do for spin_ns it sleeps on all its rings' bells at once
+ * (futex_waitv) plus a private word that announces a change of its list.
+ *
+ * Every request is decoded from a private copy and checked against the
+ * application's own table before any metadata is touched: an application
+ * can only free what it was given, within its quota. */
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "service/daemon_internal.h"
+
+static unsigned log2_of(uint64_t len)
+{
+    unsigned k = 0;
+    while ((FMEM_CHUNK_SIZE << k) < len)
+        k++;
+    return k;
+}
+
+static int do_alloc(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out)
+{
+    uint64_t bytes = FMEM_CHUNK_SIZE << k;
+    const struct fmemd_config *c = d->cfg;
+    if ((c->app_max_bytes && a->bytes + bytes > c->app_max_bytes) ||
+        (c->app_max_allocs && a->blocks + 1 > c->app_max_allocs)) {
+        a->refused_quota++;
+        return FMEM_EBUSY;
+    }
+    unsigned start = atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
+    int rc = FMEM_ENOMEM;
+    for (unsigned i = 0; i < d->nnodes; i++) {
+        struct dnode *dn = &d->nodes[(start + i) % d->nnodes];
+        if (!dn->n || bytes > dn->data_bytes)
+            continue;
+        uint64_t chunk;
+        uint32_t rkey;
+        rc = node_alloc(dn->n, k, &chunk, &rkey);
+        if (rc == FMEM_ENOMEM)
+            continue;
+        if (rc)
+            return rc;
+        if (!own_put(&a->own, own_key(dn->n->index, chunk), rkey, k)) {
+            node_free(dn->n, chunk, k, rkey);
+            return FMEM_ENOMEM;
+        }
+        out->addr = chunk << CHUNK_SHIFT;
+        out->length = bytes;
+        out->rkey = rkey;
+        out->node = (uint16_t)dn->n->index;
+        out->flags = 0;
+        a->bytes += bytes;
+        a->blocks++;
+        a->allocs++;
+        return 0;
+    }
+    return rc;
+}
+
+static int do_free(struct fmemd *d, struct app *a, const fmem_handle *h)
+{
+    struct dnode *dn = &d->nodes[h->node];
+    if (!dn->n)
+        return FMEM_EBADHANDLE;
+    uint64_t chunk = h->addr >> CHUNK_SHIFT;
+    unsigned k = log2_of(h->length);
+    struct own_entry *e = own_get(&a->own, own_key(h->node, chunk));
+    /* not ours (another application's, or already freed): no metadata
+     * is read or written */
+    if (!e || e->log2_chunks != k)
+        return FMEM_EBADHANDLE;
+    if (e->rkey != h->rkey)
+        return FMEM_EACCES;
+    int rc = node_free(dn->n, chunk, k, h->rkey);
+    if (rc == 0 || rc == FMEM_EDOUBLEFREE || rc == FMEM_EACCES) {
+        /* gone from the pool either way: forget it */
+        own_del(&a->own, e);
+        a->bytes -= h->length;
+        a->blocks--;
+    }
+    if (rc == 0)
+        a->frees++;
+    return rc;
+}
+
+void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, struct ring_rsp *rsp)
+{
+    struct svc_req r;
+    memset(rsp, 0, sizeof *rsp);
+    rsp->rc = ring_req_decode(req, d->max_block, d->nnodes, &r);
+    rsp->cookie = req->cookie;
+    if (rsp->rc == 0) {
+        switch (r.op) {
+        case RING_PING:
+            a->pings++;
+            break;
+        case RING_ALLOC:
+            rsp->rc = do_alloc(d, a, r.log2_chunks, &rsp->h);
+            break;
+        case RING_FREE:
+            rsp->rc = do_free(d, a, &r.h);
+            break;
+        default:
+            rsp->rc = FMEM_EINVAL;
+        }
+    }
+    if (rsp->rc)
+        a->errors++;
+}
+
+/* Serve up to WORKER_BATCH posted requests of one ring. */
+static unsigned serve(struct fmemd *d, struct app *a)
+{
+    uint64_t bits = ring_take(a->ring);
+    unsigned n = 0;
+    while (bits && n < WORKER_BATCH) {
+        unsigned i = (unsigned)__builtin_ctzll(bits);
+        bits &= bits - 1;
+        struct ring_req req;
+        if (!ring_begin(a->ring, i, &req))
+            continue;
+        struct ring_rsp rsp;
+        pthread_mutex_lock(&a->mu);
+        handle_request(d, a, &req, &rsp);
+        pthread_mutex_unlock(&a->mu);
+        ring_finish(a->ring, i, &rsp);
+        n++;
+    }
+    ring_repost(a->ring, bits);
+    return n;
+}
+
+static void sleep_on_rings(struct worker *w)
+{
+    struct ring_hdr *rings[FUTEX_WAITV_MAX];
+    uint32_t bells[FUTEX_WAITV_MAX];
+    uint32_t kick = atomic_load(&w->kick);
+    pthread_mutex_lock(&w->mu);
+    unsigned n = w->napps < FUTEX_WAITV_MAX - 1 ? w->napps : FUTEX_WAITV_MAX - 1;
+    bool pending = false;
+    for (unsigned i = 0; i < w->napps; i++)
+        atomic_store(&w->apps[i]->ring->sleeping, 1);
+    for (unsigned i = 0; i < n; i++) {
+        rings[i] = w->apps[i]->ring;
+        bells[i] = atomic_load(&rings[i]->bell);
+    }
+    for (unsigned i = 0; i < w->napps; i++)
+        pending |= atomic_load(&w->apps[i]->ring->posted) != 0;
+    pthread_mutex_unlock(&w->mu);
+    if (!pending && atomic_load(&w->kick) == kick && !atomic_load(&w->quit)) {
+        /* the private kick word comes first, then the bells; the list may
+         * change meanwhile, which bumps the kick word */
+        struct futex_waitv v[FUTEX_WAITV_MAX];
+        memset(v, 0, sizeof v);
+        v[0].val = kick;
+        v[0].uaddr = (uintptr_t)&w->kick;
+        v[0].flags = FUTEX_32 | FUTEX_PRIVATE_FLAG;
+        for (unsigned i = 0; i < n; i++) {
+            v[i + 1].val = bells[i];
+            v[i + 1].uaddr = (uintptr_t)&rings[i]->bell;
+            v[i + 1].flags = FUTEX_32;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 100000000; /* 100 ms: never rely on a wake-up alone */
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        if (syscall(SYS_futex_waitv, v, n + 1, 0, &ts, CLOCK_MONOTONIC) < 0 && errno == ENOSYS)
+            usleep(200);
+        atomic_fetch_add_explicit(&w->sleeps, 1, memory_order_relaxed);
+    }
+    pthread_mutex_lock(&w->mu);
+    for (unsigned i = 0; i < w->napps; i++)
+        atomic_store_explicit(&w->apps[i]->ring->sleeping, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct fmemd *d = w->d;
+    uint64_t idle_since = ring_now_ns();
+    unsigned spins = 0;
+    while (!atomic_load_explicit(&w->quit, memory_order_relaxed)) {
+        unsigned did = 0;
+        pthread_mutex_lock(&w->mu);
+        for (unsigned i = 0; i < w->napps; i++)
+            did += serve(d, w->apps[i]);
+        pthread_mutex_unlock(&w->mu);
+        if (did) {
+            atomic_fetch_add_explicit(&w->served, did, memory_order_relaxed);
+            spins = 0;
+            idle_since = 0;
+            continue;
+        }
+        if ((++spins & 63) == 0 || !idle_since) {
+            uint64_t now = ring_now_ns();
+            if (!idle_since)
+                idle_since = now;
+            else if (now - idle_since > d->cfg->spin_ns) {
+                sleep_on_rings(w);
+                idle_since = 0;
+            }
+        }
+        cpu_relax();
+    }
+    return NULL;
+}
+
+static void kick(struct worker *w)
+{
+    atomic_fetch_add(&w->kick, 1);
+    syscall(SYS_futex, &w->kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+void worker_attach(struct worker *w, struct app *a)
+{
+    pthread_mutex_lock(&w->mu);
+    w->apps[w->napps++] = a;
+    a->w = w;
+    pthread_mutex_unlock(&w->mu);
+    kick(w);
+}
+
+void worker_detach(struct worker *w, struct app *a)
+{
+    pthread_mutex_lock(&w->mu);
+    for (unsigned i = 0; i < w->napps; i++)
+        if (w->apps[i] == a) {
+            w->apps[i] = w->apps[--w->napps];
+            break;
+        }
+    pthread_mutex_unlock(&w->mu);
+    /* from here on no pass of this worker touches `a` */
+    kick(w);
+}
+
+int workers_start(struct fmemd *d)
+{
+    unsigned n = d->cfg->workers;
+    if (n == 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (unsigned)c : 1;
+    }
+    if (n > MAX_WORKERS)
+        n = MAX_WORKERS;
+    for (unsigned i = 0; i < n; i++) {
+        struct worker *w = &d->workers[i];
+        w->d = d;
+        w->apps = calloc(MAX_APPS_HARD, sizeof *w->apps);
+        pthread_mutex_init(&w->mu, NULL);
+        if (!w->apps || pthread_create(&w->thr, NULL, worker_main, w)) {
+            free(w->apps);
+            pthread_mutex_destroy(&w->mu);
+            return FMEM_ENOMEM;
+        }
+        d->nworkers++;
+    }
+    return 0;
+}
+
+void workers_stop(struct fmemd *d)
+{
+    for (unsigned i = 0; i < d->nworkers; i++) {
+        atomic_store(&d->workers[i].quit, 1);
+        kick(&d->workers[i]);
+    }
+    for (unsigned i = 0; i < d->nworkers; i++) {
+        pthread_join(d->workers[i].thr, NULL);
+        free(d->workers[i].apps);
+        pthread_mutex_destroy(&d->workers[i].mu);
+    }
+    d->nworkers = 0;
+}

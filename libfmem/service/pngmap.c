@@ -1,0 +1,175 @@
+/* pngmap.c - the occupancy map of a pool as a PNG image: one square cell per
+ * span (128 KiB), sections of 16 spans side by side, colored by state, with
+ * a title and a legend drawn in a small built-in font. */
+#include "service/pngmap.h"
+
+#include <ctype.h>
+#include <png.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/font5x7.h"
+#include "service/occupancy.h"
+
+struct rgb {
+    uint8_t r, g, b;
+};
+
+static const struct rgb BG = {255, 255, 255}, INK = {20, 20, 20}, GRID = {200, 200, 200};
+static const struct rgb C_FREE = {232, 232, 232}, C_BLOCK = {30, 100, 200},
+                        C_CONT = {245, 140, 0}, C_MOVING = {220, 40, 40};
+
+/* chunk layer: pale green when empty, dark green when full */
+static struct rgb chunk_color(unsigned used)
+{
+    static const struct rgb lo = {200, 235, 200}, hi = {20, 110, 40};
+    struct rgb c = {(uint8_t)(lo.r + (hi.r - lo.r) * (int)used / 32),
+                    (uint8_t)(lo.g + (hi.g - lo.g) * (int)used / 32),
+                    (uint8_t)(lo.b + (hi.b - lo.b) * (int)used / 32)};
+    return c;
+}
+
+static struct rgb state_color(uint8_t s)
+{
+    if (s == OCC_FREE)
+        return C_FREE;
+    if (s == OCC_MOVING)
+        return C_MOVING;
+    if (s == OCC_SPAN_BLOCK)
+        return C_BLOCK;
+    if (s & OCC_CONTENDED)
+        return C_CONT;
+    return chunk_color(occ_used_chunks(s));
+}
+
+struct img {
+    unsigned w, h;
+    uint8_t *px;
+};
+
+static void put(struct img *im, unsigned x, unsigned y, struct rgb c)
+{
+    if (x >= im->w || y >= im->h)
+        return;
+    uint8_t *p = im->px + 3 * ((size_t)y * im->w + x);
+    p[0] = c.r;
+    p[1] = c.g;
+    p[2] = c.b;
+}
+
+static void rect(struct img *im, unsigned x, unsigned y, unsigned w, unsigned h, struct rgb c)
+{
+    for (unsigned j = 0; j < h; j++)
+        for (unsigned i = 0; i < w; i++)
+            put(im, x + i, y + j, c);
+}
+
+static const struct glyph *glyph_of(char c)
+{
+    c = (char)toupper((unsigned char)c);
+    for (size_t i = 0; i < sizeof font5x7 / sizeof font5x7[0]; i++)
+        if (font5x7[i].c == c)
+            return &font5x7[i];
+    return &font5x7[0];
+}
+
+/* Draw text at (x, y) with pixels `sc` wide; returns the width used. */
+static unsigned text(struct img *im, unsigned x, unsigned y, unsigned sc, const char *s)
+{
+    unsigned x0 = x;
+    for (; *s; s++, x += 6 * sc) {
+        const struct glyph *g = glyph_of(*s);
+        for (unsigned r = 0; r < 7; r++)
+            for (unsigned col = 0; col < 5; col++)
+                if (g->rows[r][col] == '#')
+                    rect(im, x + col * sc, y + r * sc, sc, sc, INK);
+    }
+    return x - x0;
+}
+
+int pngmap_write(const char *path, const uint8_t *states, uint64_t nspans, const char *title,
+                 const char *subtitle)
+{
+    /* spans per row: whole sections, at most ~2048 rows */
+    unsigned cols = 64;
+    while (nspans / cols > 2048 && cols < 4096)
+        cols *= 2;
+    unsigned cell = cols <= 64 ? 10 : cols <= 128 ? 6 : cols <= 256 ? 3 : 1;
+    unsigned gap = cell >= 6 ? 1 : 0;
+    uint64_t rows = (nspans + cols - 1) / cols;
+    unsigned sc = 2, margin = 12, line = 9 * sc;
+    unsigned grid_w = cols * cell + (cols / 16) * 2 * gap;
+    unsigned w = grid_w + 2 * margin;
+    if (w < 640)
+        w = 640;
+    unsigned legend_rows = 4;
+    unsigned grid_y = margin + 2 * line + 8;
+    unsigned h = grid_y + (unsigned)rows * cell + 12 + legend_rows * (line + 6) + margin;
+    struct img im = {w, h, malloc((size_t)w * h * 3)};
+    if (!im.px)
+        return -1;
+    for (size_t i = 0; i < (size_t)w * h; i++)
+        memcpy(im.px + 3 * i, &BG, 3);
+    text(&im, margin, margin, sc, title);
+    text(&im, margin, margin + line, sc, subtitle);
+    /* the grid: a thin border around every section of 16 spans */
+    for (uint64_t s = 0; s < nspans; s++) {
+        unsigned col = (unsigned)(s % cols), row = (unsigned)(s / cols);
+        unsigned x = margin + col * cell + (col / 16) * 2 * gap;
+        unsigned y = grid_y + row * cell;
+        rect(&im, x, y, cell, cell, gap ? GRID : state_color(states[s]));
+        if (gap)
+            rect(&im, x + gap, y + gap, cell - 2 * gap, cell - 2 * gap, state_color(states[s]));
+    }
+    /* legend */
+    struct {
+        struct rgb c;
+        const char *what;
+    } items[] = {
+        {C_FREE, "free span"},          {chunk_color(0), "4K-64K blocks: span empty"},
+        {chunk_color(16), "half used"}, {chunk_color(32), "full"},
+        {C_CONT, "contended"},          {C_BLOCK, "128K+ block (span/section)"},
+        {C_MOVING, "span being moved"},
+    };
+    unsigned ly = grid_y + (unsigned)rows * cell + 12, lx = margin;
+    unsigned box = 7 * sc;
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+        unsigned need = box + 6 + (unsigned)strlen(items[i].what) * 6 * sc + 18;
+        if (lx + need > w - margin) {
+            lx = margin;
+            ly += line + 6;
+        }
+        rect(&im, lx, ly, box, box, INK);
+        rect(&im, lx + 1, ly + 1, box - 2, box - 2, items[i].c);
+        lx += box + 6;
+        lx += text(&im, lx, ly, sc, items[i].what) + 18;
+    }
+    unsigned used_h = ly + line + margin;
+    if (used_h < im.h)
+        im.h = used_h;
+
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(im.px);
+        return -1;
+    }
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!png || !info || setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        fclose(f);
+        free(im.px);
+        return -1;
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, im.w, im.h, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (unsigned y = 0; y < im.h; y++)
+        png_write_row(png, im.px + (size_t)y * im.w * 3);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    free(im.px);
+    return fclose(f) == 0 ? 0 : -1;
+}

@@ -1,0 +1,204 @@
+/* sock.c - UNIX SEQPACKET sockets, fd passing and peer credentials. */
+#include "service/sock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "service/proto.h"
+
+static int make_addr(const char *path, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    if (!path || strlen(path) >= sizeof a->sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(a->sun_path, path);
+    return 0;
+}
+
+int sock_listen(const char *path, unsigned mode)
+{
+    struct sockaddr_un a;
+    if (make_addr(path, &a) < 0)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    /* replace a stale socket file, but never a live daemon's */
+    int probe = sock_connect(path);
+    if (probe >= 0) {
+        close(probe);
+        close(fd);
+        errno = EADDRINUSE;
+        return -1;
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+    /* bind with a restrictive umask, then widen to `mode`: no window in
+     * which the socket is more open than asked */
+    mode_t old = umask(0077);
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    umask(old);
+    if (rc < 0 || chmod(path, mode) < 0 || listen(fd, 64) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+int sock_connect(const char *path)
+{
+    struct sockaddr_un a;
+    if (make_addr(path, &a) < 0)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+int sock_send(int fd, const void *buf, size_t len, const int *fds, unsigned nfds)
+{
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    union {
+        char b[CMSG_SPACE(sizeof(int) * SVC_MAX_FDS)];
+        struct cmsghdr align;
+    } c;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds > SVC_MAX_FDS) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (nfds) {
+        memset(&c, 0, sizeof c);
+        mh.msg_control = c.b;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+    }
+    for (;;) {
+        ssize_t r = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (r == (ssize_t)len)
+            return 0;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r >= 0)
+            errno = EMSGSIZE;
+        return -1;
+    }
+}
+
+/* Keep up to max_fds of the received fds, close the rest. */
+static unsigned take_fds(struct msghdr *mh, int *fds, unsigned max_fds)
+{
+    unsigned kept = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int f;
+            memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
+            if (fds && kept < max_fds)
+                fds[kept++] = f;
+            else
+                close(f);
+        }
+    }
+    return kept;
+}
+
+ssize_t sock_recv(int fd, void *buf, size_t cap, int *fds, unsigned max_fds, unsigned *nfds)
+{
+    struct iovec iov = {.iov_base = buf, .iov_len = cap};
+    union {
+        char b[CMSG_SPACE(sizeof(int) * SVC_MAX_FDS)];
+        struct cmsghdr align;
+    } c;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.b,
+                        .msg_controllen = sizeof c.b};
+    if (nfds)
+        *nfds = 0;
+    ssize_t r;
+    do
+        r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return -1;
+    unsigned kept = take_fds(&mh, fds, max_fds);
+    if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (r == 0 && kept)) {
+        for (unsigned i = 0; i < kept; i++)
+            close(fds[i]);
+        return (mh.msg_flags & MSG_CTRUNC) && !(mh.msg_flags & MSG_TRUNC) ? -1 : -2;
+    }
+    if (nfds)
+        *nfds = kept;
+    return r;
+}
+
+ssize_t sock_recv_timeout(int fd, void *buf, size_t cap, int *fds, unsigned max_fds,
+                          unsigned *nfds, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r;
+    do
+        r = poll(&p, 1, timeout_ms);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return -1;
+    if (r == 0)
+        return -3;
+    return sock_recv(fd, buf, cap, fds, max_fds, nfds);
+}
+
+int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid)
+{
+    struct ucred cr;
+    socklen_t l = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0)
+        return -1;
+    if (pid) *pid = cr.pid;
+    if (uid) *uid = cr.uid;
+    if (gid) *gid = cr.gid;
+    return 0;
+}
+
+int sock_send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
+                  const int *fds, unsigned nfds)
+{
+    static _Thread_local char buf[MSG_MAX_BYTES];
+    if (plen > MSG_MAX_BYTES - sizeof(struct msg_hdr)) {
+        errno = EMSGSIZE;
+        return -1;
+    }
+    size_t n = msg_encode(buf, type, seq, p, plen);
+    return sock_send(fd, buf, n, fds, nfds);
+}
+
+int sock_send_error(int fd, uint32_t seq, int code, const char *text)
+{
+    struct msg_error e = {.code = code};
+    snprintf(e.text, sizeof e.text, "%s", text ? text : "");
+    return sock_send_msg(fd, MSG_ERROR, seq, &e, sizeof e, NULL, 0);
+}

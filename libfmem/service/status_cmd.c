@@ -1,0 +1,206 @@
+/* status_cmd.c - `fmem status`: ask a running fmem-mnode or fmemd over its
+ * socket, or read a named pool's metadata file directly (read-only), print
+ * space, fragmentation, services and applications, and optionally draw the
+ * occupancy map as a PNG. Also `fmem mnode` / `fmem daemon`, which run the
+ * daemons in the foreground. */
+#include "service/status_cmd.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "service/client.h"
+#include "service/occupancy.h"
+#include "service/pngmap.h"
+#include "service/proto.h"
+#include "service/sock.h"
+#include "uri.h"
+
+#define DEFAULT_SERVICE "fmem://"
+
+static int draw(const char *png, const uint8_t *states, uint64_t nspans, const char *name)
+{
+    uint64_t used = 0, chunks = 0;
+    for (uint64_t s = 0; s < nspans; s++)
+        used += occ_used_chunks(states[s]);
+    chunks = nspans * 32;
+    char title[160], sub[160];
+    snprintf(title, sizeof title, "fmem pool %s", name);
+    snprintf(sub, sizeof sub, "%llu spans of 128K (%llu MiB), %.1f%% used. one cell = one span",
+             (unsigned long long)nspans, (unsigned long long)(nspans >> 3),
+             chunks ? 100.0 * (double)used / (double)chunks : 0.0);
+    if (pngmap_write(png, states, nspans, title, sub)) {
+        fprintf(stderr, "fmem: %s: %s\n", png, strerror(errno));
+        return 1;
+    }
+    printf("map: %s (%llu spans)\n", png, (unsigned long long)nspans);
+    return 0;
+}
+
+/* A daemon's socket: status text, and the map of one node. */
+static int status_socket(const char *uri, const char *png, unsigned node)
+{
+    char path[PATH_MAX];
+    const char *p = !strncmp(uri, "unix:", 5) ? uri + 5 : NULL;
+    if (!p) { /* fmem://[localhost]/PATH */
+        const char *slash = strchr(uri + 7, '/');
+        p = slash && slash[1] ? slash : "/run/fmem/fmemd.sock";
+    }
+    snprintf(path, sizeof path, "%s", p);
+    int fd = sock_connect(path);
+    if (fd < 0) {
+        fprintf(stderr, "fmem: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    uint8_t *buf = malloc(MSG_MAX_BYTES);
+    struct msg m;
+    struct msg_status_req q = {.node = node};
+    int status = 1;
+    if (!buf || sock_send_msg(fd, MSG_STATUS_REQ, 1, &q, sizeof q, NULL, 0) < 0)
+        goto out;
+    ssize_t n = sock_recv_timeout(fd, buf, MSG_MAX_BYTES, NULL, 0, NULL, 10000);
+    if (n <= 0 || msg_decode(buf, (size_t)n, &m)) {
+        fprintf(stderr, "fmem: %s: no answer\n", path);
+        goto out;
+    }
+    if (m.type == MSG_ERROR) {
+        fprintf(stderr, "fmem: %s: %s\n", path, m.u.error.text);
+        goto out;
+    }
+    if (m.type != MSG_STATUS_TEXT)
+        goto out;
+    fwrite(m.text, 1, m.text_len, stdout);
+    status = 0;
+    if (!png)
+        goto out;
+    status = 1;
+    if (sock_send_msg(fd, MSG_MAP_REQ, 2, &q, sizeof q, NULL, 0) < 0)
+        goto out;
+    uint8_t *states = NULL;
+    uint64_t total = 0, got = 0;
+    while (!states || got < total) {
+        n = sock_recv_timeout(fd, buf, MSG_MAX_BYTES, NULL, 0, NULL, 10000);
+        if (n <= 0 || msg_decode(buf, (size_t)n, &m) || m.type != MSG_MAP_CHUNK) {
+            if (n > 0 && m.type == MSG_ERROR)
+                fprintf(stderr, "fmem: map: %s\n", m.u.error.text);
+            else
+                fprintf(stderr, "fmem: map: bad answer\n");
+            free(states);
+            goto out;
+        }
+        if (!states) {
+            total = m.u.map.nspans;
+            if (total == 0 || total > (UINT64_C(1) << 32) || !(states = calloc(total, 1)))
+                goto out;
+        }
+        if (m.u.map.nspans != total || m.u.map.first != got) {
+            free(states);
+            goto out;
+        }
+        memcpy(states + got, m.states, m.u.map.count);
+        got += m.u.map.count;
+    }
+    char name[PATH_MAX + 16];
+    snprintf(name, sizeof name, "%s node %u", path, node);
+    status = draw(png, states, total, name);
+    free(states);
+out:
+    free(buf);
+    close(fd);
+    return status;
+}
+
+/* A named pool read straight from its metadata file. */
+static int status_pool(const char *uri, const char *png, unsigned want_node)
+{
+    struct node_uri *us = calloc(URI_MAX_NODES, sizeof *us);
+    int n = us ? uri_parse(uri, us, URI_MAX_NODES) : FMEM_ENOMEM, status = 0;
+    if (n < 0) {
+        fprintf(stderr, "fmem: %s: %s\n", uri, fmem_strerror(n));
+        free(us);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        if (us[i].kind == URI_MEM) {
+            fprintf(stderr, "fmem: mem: pools are private to their process\n");
+            status = 2;
+            continue;
+        }
+        struct geometry g;
+        const void *meta;
+        size_t len;
+        int rc = occ_map_file(us[i].path, &g, &meta, &len);
+        if (rc) {
+            fprintf(stderr, "fmem: %s: %s\n", us[i].path, fmem_strerror(rc));
+            status = 1;
+            continue;
+        }
+        uint8_t *states = png && (unsigned)i == want_node ? malloc(g.nspans) : NULL;
+        struct occ_report r;
+        occ_scan(&g, meta, &r, states);
+        printf("pool %s (node %d)\n", us[i].path, i);
+        occ_print(&r, stdout);
+        if (states && draw(png, states, g.nspans, us[i].path))
+            status = 1;
+        free(states);
+        munmap((void *)meta, len);
+    }
+    free(us);
+    return status;
+}
+
+int cmd_status(int argc, char **argv)
+{
+    const char *uri = NULL, *png = NULL;
+    unsigned node = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--map") && i + 1 < argc)
+            png = argv[++i];
+        else if (!strcmp(argv[i], "--node") && i + 1 < argc)
+            node = (unsigned)strtoul(argv[++i], NULL, 10);
+        else if (argv[i][0] != '-' && !uri)
+            uri = argv[i];
+        else {
+            fprintf(stderr, "usage: fmem status [URI] [--map FILE.png] [--node N]\n");
+            return 2;
+        }
+    }
+    if (!uri || !*uri)
+        uri = getenv("FMEM_URI");
+    if (!uri || !*uri)
+        uri = DEFAULT_SERVICE;
+    if (node >= SVC_MAX_NODES) {
+        fprintf(stderr, "fmem: --node: at most %d\n", SVC_MAX_NODES - 1);
+        return 2;
+    }
+    return service_uri(uri) ? status_socket(uri, png, node) : status_pool(uri, png, node);
+}
+
+int cmd_exec_daemon(const char *prog, int argc, char **argv)
+{
+    (void)argc;
+    char self[PATH_MAX], cand[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        char *dir = dirname(self);
+        /* installed side by side; in a build tree, libtool's .libs/ too */
+        const char *fmt[] = {"%s/%s", "%s/../%s"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(cand, sizeof cand, fmt[i], dir, prog);
+            if (access(cand, X_OK) == 0) {
+                argv[0] = cand;
+                execv(cand, argv);
+            }
+        }
+    }
+    argv[0] = (char *)prog;
+    execvp(prog, argv);
+    fprintf(stderr, "fmem: cannot run %s: %s\n", prog, strerror(errno));
+    return 127;
+}

@@ -1,0 +1,82 @@
+/* fmem-mnode - the memory node daemon, in the foreground. See --help. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/mnode.h"
+
+static _Atomic int stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stop, 1);
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fmem-mnode --pool URI --socket PATH [options]\n"
+            "  --pool URI          the pool: shm:/NAME?size=1G or file:/PATH?size=1G;\n"
+            "                      created when absent, else reopened as it is\n"
+            "  --socket PATH       where services and fmem status connect\n"
+            "  --mode OCTAL        socket file mode (default 0660)\n"
+            "  --heartbeat-ms N    heartbeat period services must keep (default 1000)\n"
+            "  --miss N            missed heartbeats that mean death (default 3)\n"
+            "  --regen-ms N        key regenerator period (default 100)\n"
+            "  --allow-uid UID     may register besides root and our own uid\n"
+            "  --no-fence          do not kill a silent service before recovering it\n"
+            "  -v, --verbose\n");
+    return f == stderr ? 2 : 0;
+}
+
+static unsigned num(const char *opt, const char *s, int base, unsigned long max)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, base);
+    if (errno || *end || !*s || v > max) {
+        fprintf(stderr, "fmem-mnode: %s: bad value '%s'\n", opt, s);
+        exit(2);
+    }
+    return (unsigned)v;
+}
+
+int main(int argc, char **argv)
+{
+    struct mnode_config c = {.socket_mode = 0660, .heartbeat_ms = 1000, .miss_limit = 3,
+                             .regen_ms = 100, .sweep_ms = 5000, .allow_uid = (uid_t)-1,
+                             .stop = &stop};
+    static const struct option opts[] = {
+        {"pool", 1, 0, 'p'},       {"socket", 1, 0, 's'}, {"mode", 1, 0, 'm'},
+        {"heartbeat-ms", 1, 0, 'H'}, {"miss", 1, 0, 'M'}, {"regen-ms", 1, 0, 'r'},
+        {"allow-uid", 1, 0, 'u'},  {"no-fence", 0, 0, 'F'}, {"verbose", 0, 0, 'v'},
+        {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+        switch (o) {
+        case 'p': c.pool_uri = optarg; break;
+        case 's': c.socket_path = optarg; break;
+        case 'm': c.socket_mode = num("--mode", optarg, 8, 0777); break;
+        case 'H': c.heartbeat_ms = num("--heartbeat-ms", optarg, 10, 600000); break;
+        case 'M': c.miss_limit = num("--miss", optarg, 10, 1000); break;
+        case 'r': c.regen_ms = num("--regen-ms", optarg, 10, 60000); break;
+        case 'u': c.allow_uid = (uid_t)num("--allow-uid", optarg, 10, 0xFFFFFFFEu); break;
+        case 'F': c.no_fence = true; break;
+        case 'v': c.verbose = true; break;
+        case 'h': return usage(stdout);
+        default: return usage(stderr);
+        }
+    }
+    if (!c.pool_uri || !c.socket_path || optind != argc || !c.heartbeat_ms || !c.miss_limit ||
+        !c.regen_ms)
+        return usage(stderr);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return mnode_run(&c);
+}

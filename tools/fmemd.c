@@ -1,0 +1,107 @@
+/* fmemd - the allocation service of a compute node, in the foreground.
+ * See --help. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/daemon.h"
+#include "uri.h"
+
+static _Atomic int stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stop, 1);
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fmemd --mnode PATH [--mnode PATH ...] --socket PATH [options]\n"
+            "  --mnode PATH        a memory node's socket (repeat for several; the order\n"
+            "                      is the node order applications see)\n"
+            "  --socket PATH       where applications connect (fmem_open(\"unix:PATH\"))\n"
+            "  --mode OCTAL        socket file mode (default 0660): who may connect\n"
+            "  --allow-uid UID     may connect besides root and our own uid\n"
+            "  --allow-gid GID     members of this group may connect\n"
+            "  --workers N         worker threads (default: one per core)\n"
+            "  --app-max-bytes N   per-application quota (K/M/G suffixes; default none)\n"
+            "  --app-max-allocs N  per-application live allocations (default none)\n"
+            "  --max-apps N        applications at once (default 256)\n"
+            "  --spin-us N         worker spin before sleeping (default 50)\n"
+            "  --connect-ms N      wait this long for the memory nodes (default 10000)\n"
+            "  --name NAME         shown by fmem status (default fmemd)\n"
+            "  -v, --verbose\n");
+    return f == stderr ? 2 : 0;
+}
+
+static uint64_t num(const char *opt, const char *s, uint64_t max)
+{
+    uint64_t v;
+    if (!uri_parse_size(s, &v) || v > max) {
+        fprintf(stderr, "fmemd: %s: bad value '%s'\n", opt, s);
+        exit(2);
+    }
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    struct fmemd_config c = {.socket_mode = 0660, .spin_ns = 50000, .connect_ms = 10000,
+                             .allow_uid = (uid_t)-1, .allow_gid = (gid_t)-1, .stop = &stop,
+                             .name = "fmemd"};
+    static const struct option opts[] = {
+        {"mnode", 1, 0, 'n'},         {"socket", 1, 0, 's'},    {"mode", 1, 0, 'm'},
+        {"allow-uid", 1, 0, 'u'},     {"allow-gid", 1, 0, 'g'}, {"workers", 1, 0, 'w'},
+        {"app-max-bytes", 1, 0, 'B'}, {"app-max-allocs", 1, 0, 'A'},
+        {"max-apps", 1, 0, 'a'},      {"spin-us", 1, 0, 'S'},   {"connect-ms", 1, 0, 'c'},
+        {"name", 1, 0, 'N'},          {"verbose", 0, 0, 'v'},   {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+        switch (o) {
+        case 'n':
+            if (c.nmnodes >= SVC_MAX_NODES) {
+                fprintf(stderr, "fmemd: at most %d memory nodes\n", SVC_MAX_NODES);
+                return 2;
+            }
+            c.mnode_sockets[c.nmnodes++] = optarg;
+            break;
+        case 's': c.socket_path = optarg; break;
+        case 'm': {
+            char *end;
+            errno = 0;
+            unsigned long m = strtoul(optarg, &end, 8);
+            if (errno || *end || m > 0777) {
+                fprintf(stderr, "fmemd: --mode: bad value '%s'\n", optarg);
+                return 2;
+            }
+            c.socket_mode = (unsigned)m;
+            break;
+        }
+        case 'u': c.allow_uid = (uid_t)num("--allow-uid", optarg, 0xFFFFFFFEu); break;
+        case 'g': c.allow_gid = (gid_t)num("--allow-gid", optarg, 0xFFFFFFFEu); break;
+        case 'w': c.workers = (unsigned)num("--workers", optarg, 64); break;
+        case 'B': c.app_max_bytes = num("--app-max-bytes", optarg, UINT64_MAX); break;
+        case 'A': c.app_max_allocs = num("--app-max-allocs", optarg, UINT64_MAX); break;
+        case 'a': c.max_apps = (unsigned)num("--max-apps", optarg, 4096); break;
+        case 'S': c.spin_ns = num("--spin-us", optarg, 1000000) * 1000; break;
+        case 'c': c.connect_ms = (unsigned)num("--connect-ms", optarg, 3600000); break;
+        case 'N': c.name = optarg; break;
+        case 'v': c.verbose = true; break;
+        case 'h': return usage(stdout);
+        default: return usage(stderr);
+        }
+    }
+    if (!c.nmnodes || !c.socket_path || optind != argc)
+        return usage(stderr);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return fmemd_run(&c);
+}
