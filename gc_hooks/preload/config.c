@@ -1,0 +1,130 @@
+/* config.c - the environment of libfmem-preload.so.
+ *
+ *   FMEM_PRELOAD_THRESHOLD  bytes (K, M, G suffixes: powers of 1024) at and
+ *                           above which a request is large; default 128K,
+ *                           glibc's default mmap threshold
+ *   FMEM_PRELOAD_URI        pool for large blocks (see fmem_open); default
+ *                           $FMEM_URI, else a private in-process pool
+ *   FMEM_PRELOAD_STATS      1: print counters on stderr at exit (a copy of
+ *                           fd 2 taken at start: some programs close
+ *                           stderr before exit); /PATH: append them to
+ *                           that file, one line per process
+ *
+ * A bad value prints one line on stderr and leaves every allocation to the
+ * system allocator. Nothing here allocates: it runs inside malloc. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+#define DEFAULT_THRESHOLD ((size_t)128 * 1024)
+
+struct fp_config fp_cfg = {.threshold = DEFAULT_THRESHOLD, .stats_fd = -1};
+static _Atomic int state; /* 0 unread, 1 being read, 2 ready */
+
+static void say(int fd, const char *fmt, va_list ap)
+{
+    char line[512];
+    int n = snprintf(line, sizeof line, "fmem-preload: ");
+    n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    if (n > (int)sizeof line - 2)
+        n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+}
+
+void fp_say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    say(STDERR_FILENO, fmt, ap);
+    va_end(ap);
+}
+
+void fp_say_fd(int fd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    say(fd, fmt, ap);
+    va_end(ap);
+}
+
+/* "131072", "128K", "2M", "1G" (also lower case); 0 on error. */
+static size_t parse_size(const char *s)
+{
+    if (!s || *s < '0' || *s > '9')
+        return 0;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return 0;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end || v == 0 || v > (SIZE_MAX >> shift))
+        return 0;
+    return (size_t)v << shift;
+}
+
+static int read_env(void)
+{
+    const char *t = getenv("FMEM_PRELOAD_THRESHOLD");
+    if (t && *t) {
+        size_t v = parse_size(t);
+        if (!v) {
+            fp_say("FMEM_PRELOAD_THRESHOLD='%.64s' is not a size in bytes (a positive number, "
+                   "optionally with K, M or G); using the system allocator only", t);
+            return -1;
+        }
+        fp_cfg.threshold = v;
+    }
+    const char *s = getenv("FMEM_PRELOAD_STATS");
+    if (s && *s) {
+        if (strcmp(s, "0") && strcmp(s, "1") && *s != '/') {
+            fp_say("FMEM_PRELOAD_STATS='%.64s' must be 0, 1 or an absolute file name; "
+                   "using the system allocator only", s);
+            return -1;
+        }
+        if (*s == '/') {
+            fp_cfg.stats = 1;
+            fp_cfg.stats_path = s;
+        } else if (*s == '1') {
+            fp_cfg.stats = 1;
+            fp_cfg.stats_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 64);
+        }
+    }
+    const char *u = getenv("FMEM_PRELOAD_URI");
+    if (u) {
+        if (!*u) {
+            fp_say("FMEM_PRELOAD_URI is empty (unset it for the default pool); using the "
+                   "system allocator only");
+            return -1;
+        }
+        fp_cfg.uri = u;
+    }
+    return 0;
+}
+
+int fp_config_init(void)
+{
+    int st = atomic_load_explicit(&state, memory_order_acquire);
+    if (st == 2)
+        return 0;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&state, &expected, 1))
+        return expected == 2 ? 0 : -1;
+    fp_cfg.enabled = read_env() == 0;
+    atomic_store_explicit(&state, 2, memory_order_release);
+    return 0;
+}

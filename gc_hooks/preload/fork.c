@@ -1,0 +1,60 @@
+/* fork.c - fork() with blocks in a shared pool.
+ *
+ * The pool is a MAP_SHARED mapping, so without help a child would share
+ * its large blocks with the parent (each seeing the other's writes) and
+ * allocate from the pool under the parent's user id. Instead:
+ *   prepare  take the block lock exclusively: no block is being allocated
+ *            or freed while the child's view is made
+ *   child    copy every live block to private memory at the same address
+ *            (blocks.c), forget the parent's pool, open a new one later
+ *   parent   wait until the child has copied, then let allocations go on
+ * The wait is what makes the copies a snapshot: the forking thread cannot
+ * write its blocks before the child has its own. Its cost is one copy of
+ * the live large blocks per fork; vfork() and posix_spawn() skip it all.
+ * A pool named by URI is re-opened by the child and so gets its own user
+ * id; a private pool (mem:) becomes a new private pool. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+static int done_pipe[2] = {-1, -1};
+
+static void prepare(void)
+{
+    fp_lock_all();
+    if (atomic_load(&fp_current) && pipe2(done_pipe, O_CLOEXEC))
+        done_pipe[0] = done_pipe[1] = -1;
+}
+
+static void parent(void)
+{
+    if (done_pipe[0] >= 0) {
+        close(done_pipe[1]);
+        char c;
+        /* one byte when the child is done; end of file if it died or fork
+         * failed */
+        while (read(done_pipe[0], &c, 1) < 0 && errno == EINTR)
+            ;
+        close(done_pipe[0]);
+        done_pipe[0] = done_pipe[1] = -1;
+    }
+    fp_unlock_all();
+}
+
+static void child(void)
+{
+    fp_blocks_orphan_current();
+    if (done_pipe[0] >= 0) {
+        close(done_pipe[0]);
+        ssize_t w = write(done_pipe[1], "", 1);
+        (void)w;
+        close(done_pipe[1]);
+        done_pipe[0] = done_pipe[1] = -1;
+    }
+    fp_lock_reinit();
+}
+
+void fp_fork_register(void) { pthread_atfork(prepare, parent, child); }

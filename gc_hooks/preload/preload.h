@@ -1,0 +1,117 @@
+/* preload.h - internals of libfmem-preload.so, the LD_PRELOAD interposer
+ * that sends large allocations to an fmem pool and small ones to the
+ * system allocator.
+ *
+ *   real.c       the system allocator's functions (dlsym(RTLD_NEXT)) and
+ *                the bootstrap buffer used while they are being looked up
+ *   config.c     environment variables, checked once
+ *   blocks.c     large blocks: the pool, its address range, the block table
+ *   fork.c       what a child of fork() does with the parent's blocks
+ *   stats.c      counters and the report at exit (FMEM_PRELOAD_STATS=1)
+ *   interpose.c  malloc, free, ... as the program sees them
+ */
+#ifndef FMEM_PRELOAD_H
+#define FMEM_PRELOAD_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- real.c ------------------------------------------------------------- */
+
+struct real_fns {
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+    size_t (*malloc_usable_size)(void *);
+};
+extern struct real_fns fp_real;
+
+/* Look the system allocator up (idempotent). 0 when ready; -1 while this
+ * thread is inside the lookup (callers then use the bootstrap buffer). */
+int fp_real_init(void);
+void *fp_boot_alloc(size_t size, size_t align);
+int fp_boot_owns(const void *p);
+size_t fp_boot_size(const void *p);
+
+/* ---- config.c ----------------------------------------------------------- */
+
+struct fp_config {
+    int enabled;      /* 0: everything goes to the system allocator */
+    int stats;        /* print counters at exit ... */
+    int stats_fd;     /* ... to this copy of stderr, or */
+    const char *stats_path; /* ... append them to this file */
+    size_t threshold; /* requests of at least this many bytes are large */
+    const char *uri;  /* pool URI (NULL: fmem_open's default) */
+};
+extern struct fp_config fp_cfg;
+/* Read the environment once; later calls return at once. 0 when the
+ * configuration is ready, -1 while another thread is reading it. */
+int fp_config_init(void);
+/* One line on stderr without allocating ("fmem-preload: ..."). */
+void fp_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void fp_say_fd(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- blocks.c ----------------------------------------------------------- */
+
+/* Set while this thread runs pool code: every allocation it makes then goes
+ * to the system allocator, so the interposer never re-enters itself. */
+extern _Thread_local int fp_in_pool __attribute__((tls_model("initial-exec")));
+
+/* A large block or NULL (pool full, closed, or disabled: the caller then
+ * uses the system allocator). align: 0 or a power of two. */
+void *fp_block_alloc(size_t size, size_t align, int zero);
+/* Nonzero when p lies in an address range of ours (a block or garbage). */
+int fp_block_owns(const void *p);
+/* Free a block; aborts with a message for a pointer that is no block. */
+void fp_block_free(void *p);
+/* Usable bytes of a block (its whole length). */
+size_t fp_block_size(const void *p);
+
+/* ---- fork.c ------------------------------------------------------------- */
+
+void fp_fork_register(void);
+
+/* shared between blocks.c and fork.c */
+#define FP_MAX_ARENAS 8
+struct fp_arena {
+    char *base;                /* first byte of the pool's data */
+    size_t cap;                /* data bytes */
+    _Atomic uint64_t *table;   /* one word per 4 KiB chunk: see blocks.c */
+    size_t table_bytes;
+    int orphan;                /* a parent's pool, copied at fork: private */
+    struct fmem_pool *pool;    /* NULL once orphaned */
+};
+extern struct fp_arena fp_arenas[FP_MAX_ARENAS];
+extern _Atomic int fp_narenas;
+extern struct fp_arena *_Atomic fp_current; /* where new blocks come from */
+void fp_lock_shared(void);
+void fp_unlock_shared(void);
+void fp_lock_all(void);
+void fp_unlock_all(void);
+void fp_lock_reinit(void);
+/* Child side of fork: turn the current arena's blocks into private
+ * copies at the same addresses and stop using its pool. */
+void fp_blocks_orphan_current(void);
+
+/* ---- stats.c ------------------------------------------------------------ */
+
+struct fp_stats {
+    _Atomic uint64_t allocs;    /* large blocks handed out */
+    _Atomic uint64_t frees;     /* large blocks freed */
+    _Atomic uint64_t fallbacks; /* large requests served by the system */
+    _Atomic uint64_t live_bytes;
+    _Atomic uint64_t peak_bytes;
+    _Atomic uint64_t copied_at_fork; /* bytes copied in fork children */
+};
+extern struct fp_stats fp_stats;
+void fp_stats_add(uint64_t bytes);
+void fp_stats_sub(uint64_t bytes);
+
+#endif

@@ -1,0 +1,121 @@
+#!/bin/sh
+# libfmem-preload.so under real programs: the malloc-family checker, sort
+# on a multi-MB file, python3 building big lists, gzip and xz on a large
+# input. Each output must equal the run without the library, the pool must
+# hold the large buffers (counters at exit, and a named pool seen from
+# outside while a program runs), and bad environment values must give one
+# clear line and leave the program on the system allocator.
+set -u
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+lib=$(cd "$top_builddir" && pwd)/.libs/libfmem-preload.so
+tests=$top_builddir/gc_hooks/tests
+[ -f "$lib" ] || { echo "preload: $lib not built"; exit 1; }
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+tmp=$(mktemp -d)
+pool="shm:/fmem-preload-test-$$"
+trap '"$tests/pool_status" -u "$pool" 2>/dev/null; rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok: $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+unset FMEM_PRELOAD_THRESHOLD FMEM_PRELOAD_URI FMEM_PRELOAD_STATS FMEM_URI
+
+# run NAME CMD...: stdout of CMD without and with the library must match,
+# and the pool must have held large blocks (peak_bytes > 0)
+run() {
+    name=$1
+    shift
+    "$@" >"$tmp/$name.plain" 2>/dev/null
+    rm -f "$tmp/$name.stats"
+    LD_PRELOAD=$lib FMEM_PRELOAD_STATS=$tmp/$name.stats "$@" >"$tmp/$name.pre" 2>"$tmp/$name.err"
+    if ! cmp -s "$tmp/$name.plain" "$tmp/$name.pre"; then
+        bad "$name: output differs with the library"
+        return
+    fi
+    peak=$(sed -n 's/.* peak_bytes=\([0-9]*\).*/\1/p' "$tmp/$name.stats" 2>/dev/null | sort -n | tail -n 1)
+    if [ "${peak:-0}" -gt 0 ]; then
+        ok "$name: identical output, peak $peak bytes in the pool"
+    else
+        bad "$name: no large block went to the pool"; cat "$tmp/$name.stats" "$tmp/$name.err" 2>/dev/null
+    fi
+}
+
+# the malloc family itself
+if LD_PRELOAD=$lib "$tests/preload_check" >"$tmp/check.out" 2>&1; then
+    ok "$(tail -n 1 "$tmp/check.out")"
+else
+    bad "preload_check"; cat "$tmp/check.out"
+fi
+
+# inputs: 3 MB of numbers in a fixed pseudo-random order (kept small: the
+# whole script runs each program twice)
+awk 'BEGIN { srand(42); for (i = 0; i < 300000; i++) printf "%d\n", int(rand() * 1e9) }' >"$tmp/numbers"
+run sort sort -n "$tmp/numbers"
+run sort-threads sort --parallel=2 -S 64M "$tmp/numbers"
+run python $PY -c '
+import hashlib
+a = list(range(2_000_000))
+b = [str(i) for i in range(300_000)]
+d = {i: i * i for i in range(200_000)}
+a.extend(a[:500_000]); a.sort(reverse=True)
+print(len(a), sum(a[:1000]), hashlib.sha256(" ".join(b).encode()).hexdigest(), sum(d.values()))'
+head -c 1000000 "$tmp/numbers" >"$tmp/numbers.1m"
+run xz sh -c "xz -1 -T1 -c '$tmp/numbers.1m' | xz -d -c | md5sum; xz -1 -T1 -c '$tmp/numbers.1m' | md5sum"
+"$tests/preload_check" >/dev/null 2>&1 && bad "preload_check passes without the library (its pool test is void)"
+gzip -6 -c "$tmp/numbers" >"$tmp/gz.plain"
+LD_PRELOAD=$lib gzip -6 -c "$tmp/numbers" >"$tmp/gz.pre"
+cmp -s "$tmp/gz.plain" "$tmp/gz.pre" && ok "gzip: identical output" || bad "gzip: output differs"
+
+# a named pool shows a running program's large buffers from outside
+mkfifo "$tmp/to" "$tmp/from"
+LD_PRELOAD=$lib FMEM_PRELOAD_URI="$pool?size=256M" $PY -c '
+import sys
+x = list(range(5_000_000))
+print("ready", flush=True)
+sys.stdin.readline()
+print(sum(x))' <"$tmp/to" >"$tmp/from" 2>"$tmp/named.err" &
+exec 3>"$tmp/to" 4<"$tmp/from"
+read -r line <&4
+during=$("$tests/pool_status" "$pool" | sed -n 's/allocated=\([0-9]*\).*/\1/p')
+echo >&3
+read -r total <&4
+exec 3>&- 4<&-
+wait
+after=$("$tests/pool_status" "$pool" | sed -n 's/allocated=\([0-9]*\).*/\1/p')
+if [ "$line" = ready ] && [ "$total" = 12499997500000 ] && [ "${during:-0}" -ge 40000000 ]; then
+    ok "named pool: ${during} bytes allocated while python3 ran, ${after:-?} after it exited"
+else
+    bad "named pool: line=$line total=$total during=$during"; cat "$tmp/named.err"
+fi
+
+# bad values: one clear line, the program runs on the system allocator
+badenv() {
+    what=$1 pattern=$2
+    shift 2
+    out=$(env LD_PRELOAD="$lib" "$@" FMEM_PRELOAD_STATS="$tmp/bad.stats" sort -n "$tmp/numbers" 2>"$tmp/bad.err" | md5sum)
+    want=$(md5sum <"$tmp/sort.plain")
+    lines=$(grep -c 'fmem-preload: ' "$tmp/bad.err")
+    if [ "$out" = "$want" ] && grep -q "$pattern" "$tmp/bad.err" && [ "$lines" -eq 1 ]; then
+        ok "$what: $(cat "$tmp/bad.err")"
+    else
+        bad "$what: output ok? $([ "$out" = "$want" ] && echo yes || echo no); stderr:"; cat "$tmp/bad.err"
+    fi
+    rm -f "$tmp/bad.stats"
+}
+badenv "threshold abc" "FMEM_PRELOAD_THRESHOLD='abc' is not a size" FMEM_PRELOAD_THRESHOLD=abc
+badenv "threshold 12Q" "FMEM_PRELOAD_THRESHOLD='12Q'" FMEM_PRELOAD_THRESHOLD=12Q
+badenv "threshold 0" "FMEM_PRELOAD_THRESHOLD='0'" FMEM_PRELOAD_THRESHOLD=0
+badenv "threshold overflow" "is not a size" FMEM_PRELOAD_THRESHOLD=99999999999999999999G
+badenv "empty uri" "FMEM_PRELOAD_URI is empty" FMEM_PRELOAD_URI=
+badenv "bad uri" "pool nosuch:/x: .*system allocator" FMEM_PRELOAD_URI=nosuch:/x
+badenv "pool too small" "pool mem:?size=2M.*system allocator" "FMEM_PRELOAD_URI=mem:?size=2M&nodes=2"
+out=$(LD_PRELOAD=$lib FMEM_PRELOAD_STATS=yes /bin/echo hi 2>"$tmp/bad.err")
+[ "$out" = hi ] && grep -q "FMEM_PRELOAD_STATS='yes' must be" "$tmp/bad.err" &&
+    ok "stats yes: $(cat "$tmp/bad.err")" || bad "stats yes"
+# a good threshold is taken
+LD_PRELOAD=$lib FMEM_PRELOAD_THRESHOLD=4M FMEM_PRELOAD_STATS="$tmp/t.stats" sort -n "$tmp/numbers" >/dev/null
+grep -q 'threshold=4194304 ' "$tmp/t.stats" && ok "threshold 4M taken" || bad "threshold 4M: $(cat "$tmp/t.stats")"
+
+echo "preload: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
