@@ -151,12 +151,17 @@ struct run_shared {
     uint64_t pool_target;       /* paper: bytes to hold */
 };
 
+/* Allocation calls are also counted by how many CAS they issued: 0, 1, ..,
+ * CAS_DIST-1 or more. */
+#define CAS_DIST 5
+
 /* Per-thread measurements. */
 struct thread_result {
     struct hist *lat; /* allocation calls, measured phase */
     uint64_t allocs, frees, failed, aborted, errors;
     uint64_t free_calls, free_ns;
     uint64_t cas, log_cas, retries, free_cas, rtts, free_rtts;
+    uint64_t cas_dist[CAS_DIST]; /* allocation calls by CAS count (log excluded) */
     uint64_t retries_max;     /* measured phase */
     uint64_t retries_max_all; /* setup included (to compare with pool stats) */
     int first_error;
@@ -203,6 +208,7 @@ struct run_result {
     double lat_avg_us, lat_p50_us, lat_p99_us, lat_max_us, free_avg_us;
     double cas_per_op, log_cas_per_op, retries_per_op, free_cas_per_op;
     double rtt_per_op, free_rtt_per_op;
+    uint64_t cas_dist[CAS_DIST];
     uint64_t retries_max, retries_max_all;
     bool have_stats_retries;
     uint64_t stats_max_retries;

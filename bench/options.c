@@ -50,6 +50,8 @@ static void usage(FILE *f)
             "  cpus       process CPU time / wall time: cores kept busy (waits in the\n"
             "             injected delay spin, so a run can be bound by the cores)\n"
             "  fail       allocations that found no room (ENOMEM)\n"
+            "JSON only: cas_dist = allocation calls that issued 0, 1, 2, 3, 4+ CAS (log\n"
+            "excluded); rtt_per_op, free_*, server_busy (rpc), stats_max_retries (fmem).\n"
             "Setup (the paper workload's fill) runs with the delay off and is not measured.\n"
             "Exit status: 0 ok, 1 runtime failure, 2 bad usage.\n");
 }

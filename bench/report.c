@@ -64,6 +64,10 @@ void report_row(const struct bench_opts *o, const struct run_result *r)
            r->lat_p99_us, r->lat_max_us, r->free_avg_us, r->cas_per_op, r->log_cas_per_op,
            r->retries_per_op, (unsigned long long)r->retries_max, r->free_cas_per_op,
            r->rtt_per_op, r->free_rtt_per_op, r->cpu_util);
+    printf(",\"cas_dist\":[");
+    for (unsigned k = 0; k < CAS_DIST; k++)
+        printf("%s%llu", k ? "," : "", (unsigned long long)r->cas_dist[k]);
+    printf("]");
     if (!strcmp(r->workload, "churn"))
         printf(",\"size\":%llu", (unsigned long long)o->size);
     if (r->have_stats_retries)

@@ -67,6 +67,8 @@ static void aggregate(const struct worker *ws, unsigned n, uint64_t t0, struct h
         retries += r->retries;
         free_cas += r->free_cas;
         rtts += r->rtts;
+        for (unsigned k = 0; k < CAS_DIST; k++)
+            out->cas_dist[k] += r->cas_dist[k];
         free_rtts += r->free_rtts;
         free_ns += r->free_ns;
         free_calls += r->free_calls;

@@ -33,6 +33,8 @@ int w_alloc(struct worker *w, size_t size, fmem_handle *out)
     r->log_cas += c.log_cas;
     r->retries += c.retries;
     r->rtts += c.rtts;
+    uint64_t k = c.cas - c.log_cas;
+    r->cas_dist[k < CAS_DIST ? k : CAS_DIST - 1]++;
     if (c.retries > r->retries_max)
         r->retries_max = c.retries;
     if (rc == 0)

@@ -1,0 +1,251 @@
+/* fmem-mallocbench.c - the object allocator (fmem_heap on pool chunks)
+ * against glibc malloc and mimalloc on threadtest-, shbench- and
+ * larson-style workloads (fmem-mallocbench-wl.c). Prints throughput, the
+ * ratio to glibc, and for fmem the peak remote footprint and what is still
+ * held after every object was freed (before and after fmem_heap_collect).
+ *
+ * mimalloc is loaded with dlopen(RTLD_LOCAL) and called through mi_malloc
+ * and mi_free: linking libmimalloc.so into the program would interpose its
+ * malloc/free on the whole process, and the "glibc" column would measure
+ * mimalloc. Without the library the column is skipped with a message.
+ *
+ *   fmem-mallocbench [--threads N] [--workloads a,b] [--allocators
+ *     glibc,mimalloc,fmem] [--scale X] [--repeat N] [--pool URI]
+ *     [--rtt-ns N] [--json]                                               */
+#include <dlfcn.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fmem-mallocbench.h"
+#include "fmem.h"
+#include "fmem_far.h"
+
+struct opts {
+    struct mb_params p;
+    const char *workloads, *allocators, *pool;
+    unsigned repeat, rtt_ns;
+    int json;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *s = list; s && *s;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == n && strncmp(s, name, n) == 0)
+            return 1;
+        if (len && strncmp(s, name, len) == 0 && name[len] == '-') /* "larson" */
+            return 1;
+        s = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* ---- adapters -------------------------------------------------------------- */
+
+static void *glibc_malloc(void *ctx, size_t n)
+{
+    (void)ctx;
+    return malloc(n);
+}
+static void glibc_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static void *(*mi_malloc_fn)(size_t);
+static void (*mi_free_fn)(void *);
+static void *mi_malloc_ad(void *ctx, size_t n)
+{
+    (void)ctx;
+    return mi_malloc_fn(n);
+}
+static void mi_free_ad(void *ctx, void *p)
+{
+    (void)ctx;
+    mi_free_fn(p);
+}
+
+static int load_mimalloc(void)
+{
+    const char *names[] = {"libmimalloc.so.2", "libmimalloc.so"};
+    for (unsigned i = 0; i < 2; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            continue;
+        *(void **)&mi_malloc_fn = dlsym(h, "mi_malloc");
+        *(void **)&mi_free_fn = dlsym(h, "mi_free");
+        if (mi_malloc_fn && mi_free_fn)
+            return 0;
+    }
+    fprintf(stderr, "mimalloc: libmimalloc.so.2 not found (apt-get install libmimalloc-dev); "
+                    "column skipped\n");
+    return -1;
+}
+
+static void *fmem_malloc_ad(void *ctx, size_t n)
+{
+    return fmem_heap_malloc(ctx, n);
+}
+static void fmem_free_ad(void *ctx, void *p)
+{
+    if (fmem_heap_free(ctx, p) != 0)
+        abort();
+}
+
+/* ---- one measurement --------------------------------------------------------- */
+
+struct result {
+    double mops;
+    uint64_t peak, after_free, after_collect, pool_after;
+};
+
+static int measure(const struct opts *o, fmem_pool *pool, const char *alloc,
+                   const struct mb_workload *w, struct result *best)
+{
+    memset(best, 0, sizeof *best);
+    for (unsigned rep = 0; rep < o->repeat; rep++) {
+        struct mb_alloc a = {alloc, glibc_malloc, glibc_free, NULL};
+        fmem_heap *heap = NULL;
+        if (strcmp(alloc, "mimalloc") == 0) {
+            a.malloc = mi_malloc_ad;
+            a.free = mi_free_ad;
+        } else if (strcmp(alloc, "fmem") == 0) {
+            int rc = fmem_heap_new(pool, &heap);
+            if (rc) {
+                fprintf(stderr, "fmem_heap_new: %s\n", fmem_strerror(rc));
+                return rc;
+            }
+            a.malloc = fmem_malloc_ad;
+            a.free = fmem_free_ad;
+            a.ctx = heap;
+        }
+        double t0 = now_s();
+        uint64_t ops = w->run(&a, w, &o->p);
+        double mops = (double)ops / (now_s() - t0) / 1e6;
+        struct result r = {.mops = mops};
+        if (heap) {
+            fmem_heap_stats_t hs;
+            fmem_stats_t ps;
+            fmem_heap_stats(heap, &hs);
+            r.peak = hs.remote_peak;
+            r.after_free = hs.remote_bytes;
+            fmem_heap_collect(heap);
+            fmem_heap_stats(heap, &hs);
+            r.after_collect = hs.remote_bytes;
+            fmem_stats(pool, &ps);
+            r.pool_after = ps.allocated_bytes;
+            fmem_heap_destroy(heap);
+        }
+        if (r.mops > best->mops)
+            *best = r;
+    }
+    return 0;
+}
+
+static void report(const struct opts *o, const char *alloc, const struct mb_workload *w,
+                   const struct result *r, double glibc)
+{
+    double ratio = glibc > 0 ? r->mops / glibc : 0;
+    FILE *f = o->json ? stderr : stdout;
+    fprintf(f, "%-18s %-9s %8.2f Mops/s  %6.3f x glibc", w->name, alloc, r->mops, ratio);
+    if (strcmp(alloc, "fmem") == 0)
+        fprintf(f, "  peak %7.2f MiB, after frees %6.0f KiB, after collect %4.0f KiB",
+                (double)r->peak / 1048576, (double)r->after_free / 1024,
+                (double)r->after_collect / 1024);
+    fputc('\n', f);
+    if (!o->json)
+        return;
+    printf("{\"workload\":\"%s\",\"allocator\":\"%s\",\"threads\":%u,\"mops_per_s\":%.4g,"
+           "\"ratio_vs_glibc\":%.4g",
+           w->name, alloc, o->p.threads, r->mops, ratio);
+    if (strcmp(alloc, "fmem") == 0)
+        printf(",\"peak_remote_bytes\":%llu,\"remote_bytes_after_free\":%llu,"
+               "\"remote_bytes_after_collect\":%llu,\"pool_allocated_after\":%llu",
+               (unsigned long long)r->peak, (unsigned long long)r->after_free,
+               (unsigned long long)r->after_collect, (unsigned long long)r->pool_after);
+    printf("}\n");
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){.p = {.threads = 2, .scale = 1.0},
+                       .allocators = "glibc,mimalloc,fmem",
+                       .repeat = 3};
+    enum { O_T = 1, O_W, O_A, O_S, O_R, O_P, O_RTT, O_J };
+    static const struct option lo[] = {
+        {"threads", required_argument, NULL, O_T}, {"workloads", required_argument, NULL, O_W},
+        {"allocators", required_argument, NULL, O_A}, {"scale", required_argument, NULL, O_S},
+        {"repeat", required_argument, NULL, O_R},  {"pool", required_argument, NULL, O_P},
+        {"rtt-ns", required_argument, NULL, O_RTT}, {"json", no_argument, NULL, O_J},
+        {NULL, 0, NULL, 0},
+    };
+    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        switch (c) {
+        case O_T: o->p.threads = (unsigned)atoi(optarg); break;
+        case O_W: o->workloads = optarg; break;
+        case O_A: o->allocators = optarg; break;
+        case O_S: o->p.scale = strtod(optarg, NULL); break;
+        case O_R: o->repeat = (unsigned)atoi(optarg); break;
+        case O_P: o->pool = optarg; break;
+        case O_RTT: o->rtt_ns = (unsigned)atoi(optarg); break;
+        case O_J: o->json = 1; break;
+        default: return -1;
+        }
+    }
+    return o->p.threads && o->p.threads <= 256 && o->repeat && o->p.scale > 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    if (parse(argc, argv, &o)) {
+        fprintf(stderr, "usage: %s [--threads N] [--workloads threadtest,shbench,larson] "
+                        "[--allocators glibc,mimalloc,fmem] [--scale X] [--repeat N] "
+                        "[--pool URI] [--rtt-ns N] [--json]\n",
+                argv[0]);
+        return 2;
+    }
+    int have_mi = listed(o.allocators, "mimalloc") && load_mimalloc() == 0;
+    char uri[64];
+    snprintf(uri, sizeof uri, "mem:?size=1G&rtt_ns=%u", o.rtt_ns);
+    fmem_pool *pool = NULL;
+    if (listed(o.allocators, "fmem")) {
+        int rc = fmem_open(o.pool ? o.pool : uri, &pool);
+        if (rc) {
+            fprintf(stderr, "pool: %s\n", fmem_strerror(rc));
+            return 1;
+        }
+    }
+    const char *allocs[] = {"glibc", "mimalloc", "fmem"};
+    for (unsigned i = 0; i < mb_nworkloads; i++) {
+        const struct mb_workload *w = &mb_workloads[i];
+        if (o.workloads && !listed(o.workloads, w->name))
+            continue;
+        double glibc = 0;
+        for (unsigned k = 0; k < 3; k++) {
+            if (!listed(o.allocators, allocs[k]) || (k == 1 && !have_mi) || (k == 2 && !pool))
+                continue;
+            struct result r;
+            if (measure(&o, pool, allocs[k], w, &r))
+                return 1;
+            if (k == 0)
+                glibc = r.mops;
+            report(&o, allocs[k], w, &r, glibc);
+        }
+    }
+    fmem_close(pool);
+    return 0;
+}

@@ -1,0 +1,239 @@
+/* wl_region.c - region scan workload: reads the data in 4 KiB blocks,
+ * sequentially and in random order, from a far-memory region whose cache
+ * holds 100 %, 50 % or 25 % of it, and reports the throughput as a ratio
+ * to the same scan over plain local memory in the same run.
+ *
+ *   fmem_bench_region(argc, argv) with
+ *     --cache-pct 100,50,25   cache sizes, percent of the data
+ *     --size BYTES            data size (K/M/G suffix; default 64M)
+ *     --seconds S             time per measurement (default 1)
+ *     --unit BYTES            region fetch unit (default 16K)
+ *     --patterns seq,rand     which scans
+ *     --pool URI              pool to use (default: an in-process one)
+ *     --json                  one JSON object per line on stdout
+ * Built standalone as bench/fmem-regionbench (FMEM_REGIONBENCH_MAIN). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fmem.h"
+#include "fmem_far.h"
+
+int fmem_bench_region(int argc, char **argv);
+
+#define BLOCK 4096
+
+struct rb_opts {
+    size_t size, unit;
+    double seconds;
+    int pcts[8], npcts;
+    int seq, rand, json;
+    const char *pool;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static size_t parse_bytes(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; break;
+    case 'm': case 'M': v *= 1024 * 1024; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+    }
+    return v > 0 ? (size_t)v : 0;
+}
+
+static int parse_opts(int argc, char **argv, struct rb_opts *o)
+{
+    *o = (struct rb_opts){.size = 64 << 20, .unit = 16 << 10, .seconds = 1.0,
+                          .pcts = {100, 50, 25}, .npcts = 3, .seq = 1, .rand = 1};
+    enum { O_PCT = 1, O_SIZE, O_SEC, O_UNIT, O_PAT, O_POOL, O_JSON, O_HELP };
+    static const struct option lo[] = {
+        {"cache-pct", required_argument, NULL, O_PCT}, {"size", required_argument, NULL, O_SIZE},
+        {"seconds", required_argument, NULL, O_SEC},   {"unit", required_argument, NULL, O_UNIT},
+        {"patterns", required_argument, NULL, O_PAT},  {"pool", required_argument, NULL, O_POOL},
+        {"json", no_argument, NULL, O_JSON},           {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        switch (c) {
+        case O_PCT: {
+            o->npcts = 0;
+            for (char *s = optarg, *e; *s && o->npcts < 8; s = *e ? e + 1 : e) {
+                long v = strtol(s, &e, 10);
+                if (e == s || v < 1 || v > 100)
+                    return -1;
+                o->pcts[o->npcts++] = (int)v;
+            }
+            break;
+        }
+        case O_SIZE: o->size = parse_bytes(optarg); break;
+        case O_SEC: o->seconds = strtod(optarg, NULL); break;
+        case O_UNIT: o->unit = parse_bytes(optarg); break;
+        case O_PAT:
+            o->seq = strstr(optarg, "seq") != NULL;
+            o->rand = strstr(optarg, "rand") != NULL;
+            break;
+        case O_POOL: o->pool = optarg; break;
+        case O_JSON: o->json = 1; break;
+        default: return -1;
+        }
+    }
+    if (o->size < 16 * BLOCK || o->seconds <= 0 || !o->npcts || (!o->seq && !o->rand))
+        return -1;
+    o->size &= ~(size_t)(BLOCK - 1);
+    return 0;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static volatile uint64_t sink;
+
+static uint64_t sum_block(const uint64_t *b)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i < BLOCK / 8; i++)
+        s += b[i];
+    return s;
+}
+
+/* Scan blocks of mem in `order` (NULL: sequential) for `seconds`; GB/s. */
+static double scan(const char *mem, size_t nblocks, const uint32_t *order, double seconds)
+{
+    uint64_t s = 0, blocks = 0;
+    size_t pos = 0;
+    double t0 = now_s(), t;
+    do {
+        for (int k = 0; k < 64; k++) {
+            size_t b = order ? order[pos] : pos;
+            s += sum_block((const uint64_t *)(mem + b * BLOCK));
+            pos = pos + 1 == nblocks ? 0 : pos + 1;
+        }
+        blocks += 64;
+        t = now_s() - t0;
+    } while (t < seconds);
+    sink = s;
+    return (double)blocks * BLOCK / t / 1e9;
+}
+
+static void fill(char *mem, size_t size)
+{
+    for (size_t i = 0; i < size; i += 8)
+        *(uint64_t *)(mem + i) = i * 0x9e3779b97f4a7c15ull;
+}
+
+static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const uint32_t *order,
+                     const double local[2])
+{
+    fmem_region_config c = {.size = o->size, .cache_bytes = o->size / 100 * (size_t)pct,
+                            .fetch_unit = o->unit};
+    fmem_region *r;
+    int rc = fmem_region_create(pool, &c, &r);
+    if (rc) {
+        fprintf(stderr, "region: %s\n", fmem_strerror(rc));
+        return rc;
+    }
+    char *mem = fmem_region_base(r);
+    fill(mem, o->size);
+    fmem_region_flush(r);
+    for (int p = 0; p < 2; p++) {
+        if (!(p ? o->rand : o->seq))
+            continue;
+        fmem_region_stats_t a, b;
+        fmem_region_stats(r, &a);
+        double g = scan(mem, o->size / BLOCK, p ? order : NULL, o->seconds);
+        fmem_region_stats(r, &b);
+        const char *name = p ? "rand" : "seq";
+        double ratio = g / local[p];
+        if (o->json)
+            printf("{\"workload\":\"region\",\"pattern\":\"%s\",\"cache_pct\":%d,"
+                   "\"gbytes_per_s\":%.4g,\"ratio_vs_local\":%.4g,\"local_gbytes_per_s\":%.4g,"
+                   "\"size\":%zu,\"fetch_unit\":%zu,\"faults\":%llu,\"fetches\":%llu,"
+                   "\"prefetches\":%llu,\"evictions\":%llu,\"writebacks\":%llu}\n",
+                   name, pct, g, ratio, local[p], o->size, o->unit,
+                   (unsigned long long)(b.faults - a.faults),
+                   (unsigned long long)(b.fetches - a.fetches),
+                   (unsigned long long)(b.prefetches - a.prefetches),
+                   (unsigned long long)(b.evictions - a.evictions),
+                   (unsigned long long)(b.writebacks - a.writebacks));
+        fprintf(o->json ? stderr : stdout,
+                "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local  (faults %llu, fetched %llu, "
+                "read ahead %llu, evicted %llu)\n",
+                name, pct, g, ratio, (unsigned long long)(b.faults - a.faults),
+                (unsigned long long)(b.fetches - a.fetches),
+                (unsigned long long)(b.prefetches - a.prefetches),
+                (unsigned long long)(b.evictions - a.evictions));
+    }
+    return fmem_region_destroy(r);
+}
+
+int fmem_bench_region(int argc, char **argv)
+{
+    struct rb_opts o;
+    if (parse_opts(argc, argv, &o)) {
+        fprintf(stderr, "usage: %s [--cache-pct 100,50,25] [--size BYTES] [--seconds S] "
+                        "[--unit BYTES] [--patterns seq,rand] [--pool URI] [--json]\n",
+                argv[0]);
+        return 2;
+    }
+    char uri[64];
+    snprintf(uri, sizeof uri, "mem:?size=%zuM", (o.size >> 20) + 64);
+    fmem_pool *pool;
+    int rc = fmem_open(o.pool ? o.pool : uri, &pool);
+    if (rc) {
+        fprintf(stderr, "pool: %s\n", fmem_strerror(rc));
+        return 1;
+    }
+    size_t nblocks = o.size / BLOCK;
+    uint32_t *order = malloc(nblocks * sizeof *order);
+    char *local = aligned_alloc(BLOCK, o.size);
+    if (!order || !local) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    for (size_t i = 0; i < nblocks; i++)
+        order[i] = (uint32_t)i;
+    for (size_t i = nblocks - 1; i > 0; i--) {
+        size_t j = xorshift(&seed) % (i + 1);
+        uint32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    fill(local, o.size);
+    double base[2] = {scan(local, nblocks, NULL, o.seconds), scan(local, nblocks, order, o.seconds)};
+    fprintf(o.json ? stderr : stdout, "local: seq %.3f GB/s, rand %.3f GB/s (%zu MiB, unit %zu KiB)\n",
+            base[0], base[1], o.size >> 20, o.unit >> 10);
+    for (int i = 0; i < o.npcts && rc == 0; i++)
+        rc = run_cache(pool, &o, o.pcts[i], order, base);
+    free(local);
+    free(order);
+    fmem_close(pool);
+    return rc ? 1 : 0;
+}
+
+#ifdef FMEM_REGIONBENCH_MAIN
+int main(int argc, char **argv)
+{
+    return fmem_bench_region(argc, argv);
+}
+#endif
