@@ -1,12 +1,19 @@
 /* runner.c - one configuration: open the allocator, start the worker
  * threads (small stacks, so that hundreds are cheap), run the workload's
  * setup with the injected delay off, measure for --seconds, aggregate. */
+#include <errno.h>
+#include <link.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 
+/* Stack a worker may use; its thread's static TLS comes on top. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define WORKER_STACK (1024 * 1024) /* sanitizers need more stack */
 #else
@@ -20,6 +27,25 @@ static void sleep_ns(uint64_t ns)
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
     while (nanosleep(&ts, &ts))
         ;
+}
+
+static int add_tls(struct dl_phdr_info *info, size_t size, void *sum)
+{
+    (void)size;
+    for (unsigned i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_TLS)
+            *(size_t *)sum += info->dlpi_phdr[i].p_memsz + info->dlpi_phdr[i].p_align;
+    return 0;
+}
+
+/* glibc carves a thread's static TLS out of its stack: add the TLS of the
+ * loaded modules so that WORKER_STACK stays usable whatever they hold. */
+static size_t worker_stack_size(void)
+{
+    size_t tls = 0, page = (size_t)sysconf(_SC_PAGESIZE);
+    dl_iterate_phdr(add_tls, &tls);
+    size_t size = (WORKER_STACK + tls + page - 1) / page * page;
+    return size < (size_t)PTHREAD_STACK_MIN ? (size_t)PTHREAD_STACK_MIN : size;
 }
 
 static void *worker_main(void *arg)
@@ -129,13 +155,15 @@ int run_config(const struct bench_opts *o, const struct allocator *a, const stru
     pthread_barrier_init(&sh->barrier, NULL, threads + 1);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, WORKER_STACK);
+    pthread_attr_setstacksize(&attr, worker_stack_size());
     for (unsigned i = 0; i < threads; i++) {
         ws[i].sh = sh;
         ws[i].index = i;
         ws[i].r.lat = calloc(1, sizeof *ws[i].r.lat);
-        if (!ws[i].r.lat || pthread_create(&tids[i], &attr, worker_main, &ws[i])) {
-            fprintf(stderr, "fmem-bench: cannot start thread %u of %u\n", i + 1, threads);
+        int e = ws[i].r.lat ? pthread_create(&tids[i], &attr, worker_main, &ws[i]) : ENOMEM;
+        if (e) {
+            fprintf(stderr, "fmem-bench: cannot start thread %u of %u: %s\n", i + 1, threads,
+                    strerror(e));
             exit(1);
         }
     }
