@@ -60,8 +60,12 @@ static int wait_event(struct rdma_event_channel *ec, enum rdma_cm_event_type wan
         else
             memcpy(welcome, pd, sizeof *welcome);
     }
-    if (!ok)
+    if (!ok) {
+        if (getenv("FMEM_DEBUG"))
+            fprintf(stderr, "fmem: rdma: expected %s, got %s (status %d)\n", rdma_event_str(want),
+                    rdma_event_str(ev->event), ev->status);
         errno = ev->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EPROTO;
+    }
     rdma_ack_cm_event(ev);
     return ok ? 0 : FMEM_EIO;
 }
