@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "crashpoint.h"
 #include "fmem.h"
 #include "pool_internal.h"
 #include "protocol.h"
@@ -977,4 +978,97 @@ Test(contention, hot_span_is_marked_contended_and_left)
     must_free(p, &first);
     cr_assert_eq(allocated_bytes(p), 0);
     fmem_close(p);
+}
+
+/* ---- the header caches are hints -----------------------------------------
+ * A client's cached headers can be arbitrarily stale (other clients, and
+ * other threads storing an older value late). Moving a span between the
+ * layers must still leave the section header right. A crash-point hook
+ * poisons the cache at the moment the protocol is about to use it. */
+
+static struct {
+    struct node *n;
+    enum crash_point at;
+    uint32_t states; /* low half to plant in the cached section header 0 */
+    int hits;
+} poison;
+
+static void poison_hook(enum crash_point cp)
+{
+    if (cp != poison.at)
+        return;
+    uint64_t v = cache_get(poison.n->sec_cache, 0);
+    cache_put(poison.n->sec_cache, 0, h_with_lo(v, poison.states));
+    poison.hits++;
+}
+
+static void poison_at(struct node *n, enum crash_point at, uint32_t states)
+{
+    poison.n = n;
+    poison.at = at;
+    poison.states = states;
+    poison.hits = 0;
+    fmem_crash_hook = poison_hook;
+}
+
+static unsigned real_state(struct node *n, uint64_t s)
+{
+    uint64_t sh;
+    cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, s / SPANS_PER_SECTION), &sh, 8), 0);
+    return sec_state(sh, s % SPANS_PER_SECTION);
+}
+
+Test(stale_cache, claim_sets_the_section_state_even_if_the_cache_says_inuse)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    struct node *n = p->nodes[0];
+    /* the cache claims every span is in the chunk layer already (as it was
+     * in some earlier epoch) */
+    poison_at(n, CP_CLAIM_RECORDED, 0x55555555u);
+    fmem_handle h = must_alloc(p, 4096);
+    fmem_crash_hook = NULL;
+    cr_assert_eq(poison.hits, 1);
+    cr_assert_eq(real_state(n, span_of(&h)), SPAN_INUSE,
+                 "span attached to the chunk layer while the section says %u",
+                 real_state(n, span_of(&h)));
+    /* so the section layer cannot hand the same span out again */
+    fmem_handle spans[16];
+    int taken = take_free_spans(p, spans, 16);
+    cr_assert_eq(taken, 15);
+    for (int i = 0; i < taken; i++)
+        cr_assert_neq(spans[i].addr / FMEM_SPAN_SIZE, span_of(&h), "span handed out twice");
+    for (int i = 0; i < taken; i++)
+        must_free(p, &spans[i]);
+    must_free(p, &h);
+    fmem_close(p);
+}
+
+static void release_with_poisoned_cache(uint32_t states)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    struct node *n = p->nodes[0];
+    fmem_handle h = must_alloc(p, 4096);
+    uint64_t s = span_of(&h);
+    must_free(p, &h);
+    cr_assert_eq(real_state(n, s), SPAN_INUSE);
+    poison_at(n, CP_RELEASE_DETACHED, states);
+    unsigned released = chunk_release_empty(n, (unsigned)n->g.nspans);
+    fmem_crash_hook = NULL;
+    cr_assert_eq(released, 1);
+    cr_assert_eq(poison.hits, 1);
+    cr_assert_eq(real_state(n, s), SPAN_FREE, "released span left in state %u: lost for good",
+                 real_state(n, s));
+    fmem_handle all = must_alloc(p, 2u << 20);
+    must_free(p, &all);
+    fmem_close(p);
+}
+
+Test(stale_cache, release_frees_the_span_if_the_cache_says_free)
+{
+    release_with_poisoned_cache(0);
+}
+
+Test(stale_cache, release_frees_the_span_if_the_cache_says_full)
+{
+    release_with_poisoned_cache(0xFFFFFFFFu);
 }

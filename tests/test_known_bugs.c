@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include "fmem.h"
 #include "pool_internal.h"
 #include "protocol.h"
@@ -273,4 +275,68 @@ Test(bug6_damaged_pool_is_eio, pool_file_truncated_to_half)
     cr_assert_eq(stat(bug6_path, &st), 0);
     cr_assert_eq(truncate(bug6_path, st.st_size / 2), 0);
     bug6_expect_corrupt("pool file truncated to half");
+}
+
+/* ==== BUG 7: a released span can stay 01 in its section: lost for good ===
+ * release_span() detaches the span, re-reads the section header and stores
+ * it in the client's shared cache, then calls set_span_state(), which takes
+ * its starting value from that cache again. Another thread of the client can
+ * store an older section value into the cache in between (every failed CAS
+ * and every node_refresh_all() stores what it read, possibly late). When that
+ * older value shows the span as 00 (or 11), set_span_state() returns at once
+ * ("nothing to do") without a CAS, and release_span() clears the claim: the
+ * span is detached, unclaimed and 01 in its section. No path can use it
+ * again (claims need 00, releases need an attached span, span blocks need
+ * 00); allocated_bytes counts it as free, yet no block containing it can be
+ * allocated. Found by the stress tests (whole-pool allocation after every
+ * free failed with ENOMEM, before commit 4aa0210 narrowed the window; this
+ * test makes the remaining window wide with a thread storing stale values).
+ * A fix: give set_span_state() the freshly read header instead of going
+ * through the shared cache, or let it return early only on a value it has
+ * just read or CASed. */
+
+static struct {
+    struct node *n;
+    atomic_int stop;
+} stale;
+
+static void *stale_cache_writer(void *arg)
+{
+    (void)arg;
+    while (!atomic_load_explicit(&stale.stop, memory_order_relaxed))
+        cache_put(stale.n->sec_cache, 0, 0); /* the header as it was at format */
+    return NULL;
+}
+
+Test(bug7_release_leaks_span, release_with_a_concurrently_stale_cache, .timeout = 30)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    stale.n = p->nodes[0];
+    atomic_store(&stale.stop, 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, stale_cache_writer, NULL), 0);
+    int leaked_round = -1;
+    unsigned leaked_state = 0;
+    double end = now_seconds() + 5;
+    for (int round = 0; leaked_round < 0 && now_seconds() < end; round++) {
+        fmem_handle h;
+        if (fmem_alloc(p, 4096, &h))
+            break;
+        uint64_t s = h.addr / FMEM_SPAN_SIZE;
+        fmem_free(p, &h);
+        chunk_release_empty(stale.n, 16);
+        uint64_t sh;
+        tp_read(stale.n->tp, sec_hdr_off(stale.n, 0), &sh, 8);
+        if (sec_state(sh, (unsigned)s) != SPAN_FREE) {
+            leaked_round = round;
+            leaked_state = sec_state(sh, (unsigned)s);
+        }
+    }
+    atomic_store(&stale.stop, 1);
+    pthread_join(t, NULL);
+    cr_assert_eq(leaked_round, -1, "round %d: a released span was left in state %u", leaked_round,
+                 leaked_state);
+    fmem_handle all;
+    cr_assert_eq(fmem_alloc(p, 2u << 20, &all), 0);
+    fmem_close(p);
 }
