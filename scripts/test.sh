@@ -15,5 +15,14 @@ for f in $(grep -lE '^:test-result: (FAIL|ERROR|XPASS)' $(find . -name '*.trs') 
     echo "---- ${log}" ; tail -n 40 "$log"
 done
 [ "$rc" -eq 0 ] || [ "$fail" -gt 0 ] || fail=1
+# the verbs transport on soft-RoCE, in a VM (when built with rdma-core)
+if [ -x tests/rdma/verbs_serve ]; then # built by make check when rdma-core is there
+    if make check-rdma >check-rdma.log 2>&1; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "---- check-rdma.log"; tail -n 40 check-rdma.log
+    fi
+fi
 echo "check: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
