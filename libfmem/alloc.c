@@ -44,8 +44,8 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
     return 0;
 }
 
-/* Check key and (when logging) that the block's log entry records an
- * allocation of exactly this size. */
+/* Check the key and that the block's log entry records an allocation of
+ * exactly this size and layer. */
 static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t *capv)
 {
     uint64_t cap, e;
@@ -53,14 +53,14 @@ static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, 
         {.kind = TP_READ, .off = cap_off(n, chunk), .buf = &cap, .len = 8},
         {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
     };
-    int rc = tp_batch(n->tp, ops, n->log_flush ? 2 : 1);
+    int rc = tp_batch(n->tp, ops, 2);
     if (rc)
         return rc;
     *capv = cap;
     if (cap_main(cap) != rkey)
         return FMEM_EACCES;
-    if (n->log_flush && (!log_valid(e) || !log_alloc(e) || log_log2(e) != log2c ||
-                         log_layer(e) != layer_of(log2c)))
+    if (!log_valid(e) || !log_alloc(e) || log_log2(e) != log2c ||
+        log_layer(e) != layer_of(log2c))
         return FMEM_EBADHANDLE;
     return 0;
 }
@@ -130,9 +130,16 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
     if (!block_ok(n, chunk, log2c))
         return FMEM_EBADHANDLE;
     int rc = block_state(n, chunk, log2c);
+    uint64_t cap;
+    if (rc == FMEM_EDOUBLEFREE) {
+        /* free in the handle's layer; but if the key is still live, the
+         * block exists with another size: the handle is wrong, not stale */
+        if (tp_read(n->tp, cap_off(n, chunk), &cap, 8) < 0)
+            return FMEM_EIO;
+        return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
+    }
     if (rc)
         return rc;
-    uint64_t cap;
     rc = check(n, chunk, log2c, rkey, &cap);
     if (rc)
         return rc;

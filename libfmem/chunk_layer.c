@@ -70,13 +70,14 @@ static uint64_t claim_record(uint64_t h, unsigned uid)
     return h_with_log(h, 31, SPAN_LOG_CLAIM, h_ts(h), uid);
 }
 
-/* Set span j's state in section x from a chunk-layer state to `to`; a hint
- * (contention) or a claim/release step. Gives up if the state is not one of
- * `from_mask` (bit per state). */
+/* Set span j's state in section x to `to`, starting from header value sh:
+ * a hint (contention) or a release step. Gives up if the state is not one
+ * of `from_mask` (bit per state). A release must pass a value it has just
+ * read: a stale cached value showing `to` already would end it without a
+ * CAS, leaving a detached span marked in use for good. */
 static void set_span_state(struct node *n, uint64_t x, unsigned j, unsigned to,
-                           unsigned from_mask, int tries)
+                           unsigned from_mask, int tries, uint64_t sh)
 {
-    uint64_t sh = cache_get(n->sec_cache, x);
     while (tries-- > 0) {
         unsigned st = sec_state(sh, j);
         if (st == to || !(from_mask & (1u << st)))
@@ -101,9 +102,9 @@ static void contention_update(struct node *n, uint64_t s, unsigned fails)
     unsigned j = s % SPANS_PER_SECTION;
     unsigned st = sec_state(cache_get(n->sec_cache, x), j);
     if (fails > RETRY_HIGH && st == SPAN_INUSE)
-        set_span_state(n, x, j, SPAN_CONTENDED, 1u << SPAN_INUSE, 2);
+        set_span_state(n, x, j, SPAN_CONTENDED, 1u << SPAN_INUSE, 2, cache_get(n->sec_cache, x));
     else if (fails < RETRY_LOW && st == SPAN_CONTENDED)
-        set_span_state(n, x, j, SPAN_INUSE, 1u << SPAN_CONTENDED, 2);
+        set_span_state(n, x, j, SPAN_INUSE, 1u << SPAN_CONTENDED, 2, cache_get(n->sec_cache, x));
 }
 
 /* Allocate 2^k chunks in attached span s. 1: done, 0: no room or too
@@ -129,7 +130,7 @@ static int try_span(struct node *n, uint64_t s, unsigned k, unsigned *fails, uin
         if (r == 1) {
             cache_put(n->span_cache, s, nv);
             CRASH_POINT(CP_CHUNK_COMMIT);
-            log_flush_span(n, s, nv);
+            log_commit_span(n, s, nv);
             contention_update(n, s, here);
             *chunk = s * CHUNKS_PER_SPAN + (unsigned)off;
             return 1;
@@ -140,7 +141,8 @@ static int try_span(struct node *n, uint64_t s, unsigned k, unsigned *fails, uin
         cache_put(n->span_cache, s, old);
         if (here > RETRY_HIGH) { /* steer away from a hot span */
             uint64_t x = s / SPANS_PER_SECTION;
-            set_span_state(n, x, s % SPANS_PER_SECTION, SPAN_CONTENDED, 1u << SPAN_INUSE, 1);
+            set_span_state(n, x, s % SPANS_PER_SECTION, SPAN_CONTENDED, 1u << SPAN_INUSE, 1,
+                           cache_get(n->sec_cache, x));
             return 0;
         }
     }
@@ -204,7 +206,7 @@ static int claim_and_alloc(struct node *n, uint64_t x, unsigned j, unsigned k,
     }
     cache_put(n->span_cache, s, nv);
     CRASH_POINT(CP_CHUNK_COMMIT);
-    log_flush_span(n, s, nv);
+    log_commit_span(n, s, nv);
     *chunk = s * CHUNKS_PER_SPAN;
     return 1;
 }
@@ -296,7 +298,7 @@ int chunk_free(struct node *n, uint64_t chunk, unsigned k, unsigned uid)
         if (r == 1) {
             cache_put(n->span_cache, s, nv);
             CRASH_POINT(CP_CHUNK_FREE_COMMIT);
-            log_flush_span(n, s, nv);
+            log_commit_span(n, s, nv);
             return 0;
         }
         hv = old;
@@ -316,10 +318,10 @@ static bool release_span(struct node *n, uint64_t s, uint64_t hv)
     }
     CRASH_POINT(CP_RELEASE_DETACHED);
     uint64_t x = s / SPANS_PER_SECTION, sh;
-    if (tp_read(n->tp, sec_hdr_off(n, x), &sh, 8) == 0) /* the state must be current */
-        cache_put(n->sec_cache, x, sh);
-    set_span_state(n, s / SPANS_PER_SECTION, s % SPANS_PER_SECTION, SPAN_FREE,
-                   (1u << SPAN_INUSE) | (1u << SPAN_CONTENDED), 1000);
+    if (tp_read(n->tp, sec_hdr_off(n, x), &sh, 8) < 0)
+        return true; /* the claim record stays: recovery finishes the move */
+    set_span_state(n, x, s % SPANS_PER_SECTION, SPAN_FREE,
+                   (1u << SPAN_INUSE) | (1u << SPAN_CONTENDED), 1000, sh);
     CRASH_POINT(CP_RELEASE_SECTION);
     uint64_t done = claim_record(claimed, 0);
     if (tp_cas(n->tp, hoff, claimed, done, &old) == 1)
@@ -347,11 +349,10 @@ void chunk_clear_claim(struct node *n, uint64_t s, unsigned uid)
         return;
     /* uid is dead: nobody else may move this span, so finishing is safe */
     uint64_t x = s / SPANS_PER_SECTION, sh;
-    if (tp_read(n->tp, sec_hdr_off(n, x), &sh, 8) == 0) {
-        cache_put(n->sec_cache, x, sh);
-        set_span_state(n, x, s % SPANS_PER_SECTION, SPAN_FREE,
-                       (1u << SPAN_INUSE) | (1u << SPAN_CONTENDED), 1000);
-    }
+    if (tp_read(n->tp, sec_hdr_off(n, x), &sh, 8) < 0)
+        return;
+    set_span_state(n, x, s % SPANS_PER_SECTION, SPAN_FREE,
+                   (1u << SPAN_INUSE) | (1u << SPAN_CONTENDED), 1000, sh);
     uint64_t done = claim_record(hv, 0);
     if (tp_cas(n->tp, hoff, hv, done, NULL) == 1)
         cache_put(n->span_cache, s, done);

@@ -73,6 +73,11 @@ int node_check_access(struct node *n, uint64_t chunk, unsigned log2_chunks, uint
  * or section `x` (section header) into the full log. */
 void log_flush_span(struct node *n, uint64_t s, uint64_t h);
 void log_flush_section(struct node *n, uint64_t x, uint64_t h);
+/* After this client's own commit of header value h: flush its log (with
+ * log=0: write the entry plainly, so block sizes stay checkable, but without
+ * the stale-flush protection that crash consistency needs). */
+void log_commit_span(struct node *n, uint64_t s, uint64_t h);
+void log_commit_section(struct node *n, uint64_t x, uint64_t h);
 /* Whether the temporary log in a span / section header value records an
  * allocation (else a free, a claim, or nothing). */
 bool log_span_prev_alloc(uint64_t h);

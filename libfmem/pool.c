@@ -99,7 +99,7 @@ int fmem_unlink(const char *uri)
 
 size_t fmem_size_round(size_t size)
 {
-    if (size == 0 || size > (SIZE_MAX >> 1))
+    if (size == 0 || size > (SIZE_MAX >> 1) + 1) /* above the largest power of two */
         return 0;
     size_t r = FMEM_CHUNK_SIZE;
     while (r < size)

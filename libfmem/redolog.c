@@ -157,6 +157,34 @@ void log_flush_section(struct node *n, uint64_t x, uint64_t h)
     atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }
 
+static void write_plain(struct node *n, const struct tlog *t)
+{
+    uint64_t e = log_make(t->alloc, t->layer, t->log2_chunks, t->ts, t->uid);
+    tp_write(n->tp, log_off(n, t->chunk), &e, 8);
+}
+
+void log_commit_span(struct node *n, uint64_t s, uint64_t h)
+{
+    if (n->log_flush) {
+        log_flush_span(n, s, h);
+        return;
+    }
+    struct tlog t = span_tlog(s, h);
+    if (t.valid)
+        write_plain(n, &t);
+}
+
+void log_commit_section(struct node *n, uint64_t x, uint64_t h)
+{
+    if (n->log_flush) {
+        log_flush_section(n, x, h);
+        return;
+    }
+    struct tlog t = sec_tlog(x, h);
+    if (t.valid)
+        write_plain(n, &t);
+}
+
 bool log_span_prev_alloc(uint64_t h) { return span_log_alloc(h); }
 bool log_sec_prev_alloc(uint64_t h) { return sec_log_alloc(h); }
 

@@ -49,7 +49,7 @@ static int try_section(struct node *n, uint64_t x, unsigned q, unsigned *fails, 
         if (r == 1) {
             cache_put(n->sec_cache, x, nv);
             CRASH_POINT(CP_SPAN_COMMIT);
-            log_flush_section(n, x, nv);
+            log_commit_section(n, x, nv);
             *chunk = (x * SPANS_PER_SECTION + (unsigned)j) * CHUNKS_PER_SPAN;
             return 1;
         }
@@ -57,8 +57,14 @@ static int try_section(struct node *n, uint64_t x, unsigned q, unsigned *fails, 
         here++;
         sh = old;
         cache_put(n->sec_cache, x, old);
-        if (here > RETRY_HIGH)
+        if (here > RETRY_HIGH) {
+            /* mark the section contended (retry level 2) so that others
+             * steer away; the next commit in it writes its own level */
+            uint64_t hot = h_with_retry(sh, 2);
+            if (h_retry(sh) != 2 && tp_cas(n->tp, sec_hdr_off(n, x), sh, hot, &old) == 1)
+                cache_put(n->sec_cache, x, hot);
             return 0;
+        }
     }
 }
 
@@ -122,7 +128,7 @@ static int section_part_free(struct node *n, uint64_t x, unsigned code_off, unsi
         if (r == 1) {
             cache_put(n->sec_cache, x, nv);
             CRASH_POINT(CP_MULTI_FREE_PART);
-            log_flush_section(n, x, nv);
+            log_commit_section(n, x, nv);
             return 0;
         }
         sh = old;
@@ -152,7 +158,7 @@ static int try_multi(struct node *n, uint64_t base, unsigned p, unsigned *fails)
             if (r == 1) {
                 cache_put(n->sec_cache, x, nv);
                 CRASH_POINT(CP_MULTI_PART);
-                log_flush_section(n, x, nv);
+                log_commit_section(n, x, nv);
                 break;
             }
             (*fails)++;
@@ -210,7 +216,7 @@ int span_free(struct node *n, uint64_t chunk, unsigned q, unsigned uid)
         if (r == 1) {
             cache_put(n->sec_cache, x, nv);
             CRASH_POINT(CP_SPAN_FREE_COMMIT);
-            log_flush_section(n, x, nv);
+            log_commit_section(n, x, nv);
             return 0;
         }
         sh = old;

@@ -196,6 +196,8 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
         }
         if (!meta || !data)
             rc = FMEM_ECORRUPT;
+        else if (meta % 4096 || meta < 4096 || data % 4096)
+            rc = FMEM_ECORRUPT; /* no pool has such sizes (and it could not be mapped) */
     }
     if (rc == 0)
         rc = map_pool(s, meta, data);

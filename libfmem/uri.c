@@ -12,25 +12,30 @@
 
 bool uri_parse_size(const char *s, uint64_t *out)
 {
-    if (!s || !*s || *s == '-' || *s == '+')
+    /* digits, then nothing or one unit: K, KB, KiB (M, G, T alike) */
+    if (!s || *s < '0' || *s > '9')
         return false;
     errno = 0;
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
+    if (errno)
         return false;
     unsigned shift = 0;
     switch (*end) {
-    case 'K': case 'k': shift = 10; end++; break;
-    case 'M': case 'm': shift = 20; end++; break;
-    case 'G': case 'g': shift = 30; end++; break;
-    case 'T': case 't': shift = 40; end++; break;
-    default: break;
+    case 'K': case 'k': shift = 10; break;
+    case 'M': case 'm': shift = 20; break;
+    case 'G': case 'g': shift = 30; break;
+    case 'T': case 't': shift = 40; break;
+    case 0: break;
+    default: return false;
     }
-    if (*end == 'i' || *end == 'B') /* accept "MiB", "MB" */
+    if (shift) {
         end++;
-    if (*end == 'B')
-        end++;
+        if (!strcmp(end, "iB"))
+            end += 2;
+        else if (!strcmp(end, "B"))
+            end += 1;
+    }
     if (*end)
         return false;
     if (shift && v > (UINT64_MAX >> shift))
