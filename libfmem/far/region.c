@@ -1,0 +1,290 @@
+/* region.c - far-memory regions: creation, the public calls, teardown.
+ * The fault handler is in region_fault.c, eviction and flush in
+ * region_writer.c, the pool side in region_remote.c. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "region_internal.h"
+
+#define MAX_REGION_BYTES ((size_t)1 << 46)
+#define CHUNK_MIN ((size_t)64 * 1024)
+#define PREFETCH_BYTES ((size_t)256 * 1024)
+
+static unsigned log2z(size_t v)
+{
+    unsigned k = 0;
+    while (((size_t)1 << k) < v)
+        k++;
+    return k;
+}
+
+static int check_config(const fmem_region_config *c, size_t *unit)
+{
+    *unit = c->fetch_unit ? c->fetch_unit : FMEM_REGION_DEFAULT_UNIT;
+    if (c->flags || *unit < FMEM_REGION_MIN_UNIT || *unit > FMEM_REGION_MAX_UNIT ||
+        (*unit & (*unit - 1)) || c->cache_bytes == 0)
+        return FMEM_EINVAL;
+    if (c->size == 0 || c->size > MAX_REGION_BYTES)
+        return FMEM_ESIZE;
+    return 0;
+}
+
+static void region_free(struct fmem_region *r)
+{
+    if (r->base)
+        munmap(r->base, r->size);
+    if (r->uffd >= 0)
+        close(r->uffd);
+    if (r->evfd >= 0)
+        close(r->evfd);
+    if (r->pidfd >= 0)
+        close(r->pidfd);
+    free(r->units);
+    free(r->chunks);
+    free(r->ring);
+    free(r->free_slots);
+    free(r->buf);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->writer_cv);
+    pthread_cond_destroy(&r->done_cv);
+    free(r);
+}
+
+static int init_sync(struct fmem_region *r)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* writer's timed waits */
+    int rc = pthread_mutex_init(&r->lock, NULL) || pthread_cond_init(&r->writer_cv, &ca) ||
+             pthread_cond_init(&r->done_cv, NULL);
+    pthread_condattr_destroy(&ca);
+    return rc ? FMEM_ENOMEM : 0;
+}
+
+static int init_tables(struct fmem_region *r)
+{
+    r->units = calloc(r->nunits, sizeof *r->units);
+    r->chunks = calloc(r->nchunks, sizeof *r->chunks);
+    r->ring = malloc(r->cap * sizeof *r->ring);
+    r->free_slots = malloc(r->cap * sizeof *r->free_slots);
+    r->buf = aligned_alloc(UFFD_PAGE, r->unit);
+    if (!r->units || !r->chunks || !r->ring || !r->free_slots || !r->buf)
+        return FMEM_ENOMEM;
+    for (uint32_t i = 0; i < r->cap; i++) {
+        r->ring[i] = NO_UNIT;
+        r->free_slots[i] = r->cap - 1 - i;
+    }
+    r->nfree = r->cap;
+    return 0;
+}
+
+static int init_mapping(struct fmem_region *r)
+{
+    int user_only;
+    r->uffd = uffd_open(&user_only);
+    if (r->uffd < 0)
+        return r->uffd == -ENOTSUP ? FMEM_ENOTSUP : FMEM_EACCES;
+    r->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->evfd < 0)
+        return FMEM_EIO;
+    r->pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0u); /* -1 is fine */
+    void *p = mmap(NULL, r->size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return FMEM_ENOMEM;
+    r->base = p;
+    /* pages come in through UFFDIO_COPY one by one; huge pages would only
+     * get in the way of write-protect and removal */
+    madvise(p, r->size, MADV_NOHUGEPAGE);
+    int rc = uffd_register(r->uffd, p, r->size);
+    return rc == 0 ? 0 : rc == -ENOTSUP ? FMEM_ENOTSUP : FMEM_EIO;
+}
+
+/* Our threads take no signals: the program's handlers run elsewhere. */
+static int start_threads(struct fmem_region *r)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&r->handler, NULL, region_handler_main, r);
+    if (rc == 0) {
+        rc = pthread_create(&r->writer, NULL, region_writer_main, r);
+        if (rc) {
+            pthread_mutex_lock(&r->lock);
+            r->stop_handler = 1;
+            pthread_mutex_unlock(&r->lock);
+            region_kick_handler(r);
+            pthread_join(r->handler, NULL);
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc ? FMEM_ENOMEM : 0;
+}
+
+int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_region **out)
+{
+    if (!out)
+        return FMEM_EINVAL;
+    *out = NULL;
+    if (!pool || !cfg)
+        return FMEM_EINVAL;
+    size_t unit;
+    int rc = check_config(cfg, &unit);
+    if (rc)
+        return rc;
+    struct fmem_region *r = calloc(1, sizeof *r);
+    if (!r)
+        return FMEM_ENOMEM;
+    r->uffd = r->evfd = r->pidfd = -1;
+    r->pool = pool;
+    r->unit = unit;
+    r->unit_shift = log2z(unit);
+    r->pages_per_unit = (unsigned)(unit / UFFD_PAGE);
+    r->size = (cfg->size + unit - 1) & ~(unit - 1);
+    if ((r->size >> r->unit_shift) >= NO_UNIT) {
+        free(r);
+        return FMEM_ESIZE;
+    }
+    r->nunits = (uint32_t)(r->size >> r->unit_shift);
+    r->chunk = unit > CHUNK_MIN ? unit : CHUNK_MIN;
+    r->units_per_chunk = (unsigned)(r->chunk / unit);
+    r->nchunks = (r->nunits + r->units_per_chunk - 1) / r->units_per_chunk;
+    size_t cap = (cfg->cache_bytes + unit - 1) / unit;
+    if (cap < FMEM_REGION_MIN_CACHE_UNITS)
+        cap = FMEM_REGION_MIN_CACHE_UNITS;
+    if (cap > r->nunits)
+        cap = r->nunits;
+    r->cap = (uint32_t)cap;
+    r->reserve = r->cap / 8 > 64 ? 64 : r->cap / 8 ? r->cap / 8 : 1;
+    if (r->reserve > r->nunits - r->cap) /* no more free slots than units out */
+        r->reserve = r->nunits - r->cap;
+    r->prefetch = cfg->prefetch == FMEM_REGION_NO_PREFETCH ? 0
+                  : cfg->prefetch                           ? cfg->prefetch
+                  : unit >= PREFETCH_BYTES                  ? 1
+                                                            : (unsigned)(PREFETCH_BYTES / unit);
+    if (r->prefetch > r->cap / 4)
+        r->prefetch = r->cap / 4;
+    r->seq_next = NO_UNIT;
+    if ((rc = init_sync(r)) != 0) {
+        free(r);
+        return rc;
+    }
+    if ((rc = init_tables(r)) != 0 || (rc = init_mapping(r)) != 0 ||
+        (rc = start_threads(r)) != 0) {
+        region_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int fmem_region_destroy(fmem_region *r)
+{
+    if (!r)
+        return FMEM_EINVAL;
+    pthread_mutex_lock(&r->lock);
+    r->stop_writer = 1;
+    region_kick_writer(r);
+    pthread_mutex_unlock(&r->lock);
+    pthread_join(r->writer, NULL);
+    pthread_mutex_lock(&r->lock);
+    r->stop_handler = 1;
+    pthread_mutex_unlock(&r->lock);
+    region_kick_handler(r);
+    pthread_join(r->handler, NULL);
+    remote_free_all(r);
+    region_free(r);
+    return 0;
+}
+
+void *fmem_region_base(const fmem_region *r)
+{
+    return r ? r->base : NULL;
+}
+
+size_t fmem_region_size(const fmem_region *r)
+{
+    return r ? r->size : 0;
+}
+
+size_t fmem_region_unit(const fmem_region *r)
+{
+    return r ? r->unit : 0;
+}
+
+/* Wait until the handler has processed every event it read so far. */
+static void handler_barrier(struct fmem_region *r)
+{
+    pthread_mutex_lock(&r->lock);
+    uint64_t t = ++r->barrier_req;
+    pthread_mutex_unlock(&r->lock);
+    region_kick_handler(r);
+    pthread_mutex_lock(&r->lock);
+    while (r->barrier_done < t)
+        pthread_cond_wait(&r->done_cv, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+}
+
+int fmem_region_flush(fmem_region *r)
+{
+    if (!r)
+        return FMEM_EINVAL;
+    handler_barrier(r);
+    pthread_mutex_lock(&r->lock);
+    uint64_t t = ++r->flush_req;
+    region_kick_writer(r);
+    while (r->flush_done < t)
+        pthread_cond_wait(&r->done_cv, &r->lock);
+    int rc = r->flush_rc;
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int fmem_region_release(fmem_region *r, size_t offset, size_t len)
+{
+    if (!r || (offset | len) & (UFFD_PAGE - 1))
+        return FMEM_EINVAL;
+    if (offset > r->size || len > r->size - offset)
+        return FMEM_ERANGE;
+    if (len == 0)
+        return 0;
+    /* the handler sees the removal event and frees the pool space */
+    if (madvise(r->base + offset, len, MADV_DONTNEED) < 0)
+        return FMEM_EIO;
+    handler_barrier(r);
+    return 0;
+}
+
+int fmem_region_stats(fmem_region *r, fmem_region_stats_t *out)
+{
+    if (!r || !out)
+        return FMEM_EINVAL;
+    memset(out, 0, sizeof *out);
+    const struct region_counters *c = &r->st;
+    out->faults = atomic_load(&c->faults);
+    out->missing_faults = atomic_load(&c->missing_faults);
+    out->wp_faults = atomic_load(&c->wp_faults);
+    out->hits = atomic_load(&c->hits);
+    out->fetches = atomic_load(&c->fetches);
+    out->prefetches = atomic_load(&c->prefetches);
+    out->zero_fills = atomic_load(&c->zero_fills);
+    out->evictions = atomic_load(&c->evictions);
+    out->writebacks = atomic_load(&c->writebacks);
+    out->bytes_fetched = atomic_load(&c->bytes_fetched);
+    out->bytes_written = atomic_load(&c->bytes_written);
+    out->remote_bytes = atomic_load(&c->remote_bytes);
+    out->remote_peak = atomic_load(&c->remote_peak);
+    out->releases = atomic_load(&c->releases);
+    out->alloc_failures = atomic_load(&c->alloc_failures);
+    out->cache_bytes = (uint64_t)r->cap * r->unit;
+    pthread_mutex_lock(&r->lock);
+    out->cached_bytes = (uint64_t)(r->cap - r->nfree) * r->unit;
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}

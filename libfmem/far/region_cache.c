@@ -1,0 +1,48 @@
+/* region_cache.c - the bounded local cache of a region: a ring of `cap`
+ * slots, one per cached unit, swept by a CLOCK hand.
+ *
+ * User space sees no accessed bits, so the reference bit is set by what the
+ * handler does see: a demand fault that brought the unit in, and a write
+ * fault on it. Prefetched units start unreferenced, so read-ahead that was
+ * not used goes first. All functions run with the region lock held. */
+#include "region_internal.h"
+
+uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
+{
+    uint32_t slot = r->free_slots[--r->nfree];
+    r->ring[slot] = u;
+    r->units[u].slot = slot;
+    return slot;
+}
+
+void cache_free_slot(struct fmem_region *r, uint32_t slot)
+{
+    r->ring[slot] = NO_UNIT;
+    r->free_slots[r->nfree++] = slot;
+}
+
+unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
+{
+    unsigned n = 0;
+    for (uint64_t steps = 0; steps < 2 * (uint64_t)r->cap && n < max; steps++) {
+        uint32_t slot = r->hand;
+        r->hand = r->hand + 1 == r->cap ? 0 : r->hand + 1;
+        uint32_t u = r->ring[slot];
+        if (u == NO_UNIT)
+            continue;
+        struct region_unit *un = &r->units[u];
+        if (un->state != UNIT_RESIDENT)
+            continue;
+        if (un->flags & UF_REF) {
+            un->flags &= (uint8_t)~UF_REF;
+            continue;
+        }
+        /* a dirty unit whose chunk could not be allocated at its first
+         * write gets another try; without pool space it stays cached */
+        if ((un->flags & UF_DIRTY) && remote_ref(r, u))
+            continue;
+        un->state = UNIT_EVICTING;
+        out[n++] = u;
+    }
+    return n;
+}

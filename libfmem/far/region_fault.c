@@ -1,0 +1,390 @@
+/* region_fault.c - the fault handler thread of a region.
+ *
+ * Fault path: a missing page in an ABSENT unit takes a cache slot, reads the
+ * whole unit from its chunk (fmem_read into a private buffer) or uses zeros
+ * when the unit was never written back, and maps it with UFFDIO_COPY,
+ * write-protected (mapped writable and dirty at once if the fault was a
+ * write). The first write to a protected unit raises a write-protect fault:
+ * the unit becomes dirty, gets its chunk if it has none (lazy allocation),
+ * and is unprotected whole. So a clean unit is never written back.
+ * A fault on a unit the writer is evicting is parked (not answered) until
+ * the writer wakes the range; with no free slot the fault waits for the
+ * writer to evict.
+ *
+ * Removal events (the program's madvise(MADV_DONTNEED), also behind
+ * fmem_region_release) are read before the pages are zapped; the handler
+ * drops the units fully covered (freeing chunks no unit uses any more) and
+ * zeros partly covered ones. The writer's own madvise calls are recognised
+ * by their registered ranges. In a batch of messages removals are handled
+ * before faults: a fault that raced with a removal may then see zeros,
+ * which is one valid order of the two.
+ *
+ * After a removal the zap may still be in progress, so a mapped page can
+ * vanish from a cached unit: a missing fault in a cached unit is therefore
+ * served with a zero page, which is what the removal left there. */
+#include <errno.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "region_internal.h"
+
+enum { FAULT_DONE, FAULT_RETRY, FAULT_NOSPACE };
+
+static void report(const char *what, int err)
+{
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        fprintf(stderr, "fmem region: %s failed (%s); continuing\n", what,
+                err < 0 ? strerror(-err) : fmem_strerror(err));
+}
+
+static void fault_push(struct fault_list *l, const struct fault_msg *m)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct fault_msg *v = realloc(l->v, cap * sizeof *v);
+        if (!v) { /* losing a fault would hang a thread for good */
+            fputs("fmem region: out of memory in the fault handler\n", stderr);
+            abort();
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = *m;
+}
+
+/* Pages of unit u covered by [off0, off1) (byte offsets in the region). */
+static uint64_t covered_pages(const struct fmem_region *r, uint32_t u, size_t off0, size_t off1)
+{
+    size_t us = (size_t)u << r->unit_shift, ue = us + r->unit;
+    size_t cs = off0 > us ? off0 : us, ce = off1 < ue ? off1 : ue;
+    unsigned p0 = (unsigned)((cs - us) / UFFD_PAGE), p1 = (unsigned)((ce - us + UFFD_PAGE - 1) / UFFD_PAGE);
+    uint64_t hi = p1 >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << p1) - 1);
+    return hi & ~(((uint64_t)1 << p0) - 1);
+}
+
+/* The program released `pages` of unit u (lock held). */
+static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
+{
+    struct region_unit *un = &r->units[u];
+    int full = pages == full_mask(r);
+    switch (un->state) {
+    case UNIT_ABSENT:
+        if (r->inst.active && r->inst.unit == u) {
+            if (full)
+                r->inst.released = 1;
+            else if (r->inst.src == r->buf)
+                for (unsigned p = 0; p < r->pages_per_unit; p++)
+                    if (pages >> p & 1)
+                        memset(r->buf + (size_t)p * UFFD_PAGE, 0, UFFD_PAGE);
+        }
+        if (full)
+            remote_drop(r, u);
+        else if (un->flags & UF_REMOTE) {
+            int rc = remote_zero_pages(r, u, pages);
+            if (rc)
+                report("zeroing released pages in the pool", rc);
+        }
+        break;
+    case UNIT_RESIDENT:
+        if (full) {
+            cache_free_slot(r, un->slot);
+            remote_drop(r, u);
+            un->state = UNIT_ABSENT;
+            un->flags = 0;
+            un->present = 0;
+        } else {
+            un->present &= ~pages;
+            if (un->flags & UF_REMOTE)
+                un->flags |= UF_DIRTY;
+        }
+        break;
+    default: /* the writer holds it and finishes the release */
+        if (full)
+            un->flags |= UF_RELEASED;
+        else
+            un->zeroed |= pages;
+        break;
+    }
+}
+
+static void on_remove(struct fmem_region *r, uintptr_t start, uintptr_t end)
+{
+    uintptr_t b = (uintptr_t)r->base, e = b + r->size;
+    for (unsigned i = 0; i < r->nzaps; i++)
+        if (r->zaps[i].start == start && r->zaps[i].end == end) {
+            r->zaps[i] = r->zaps[--r->nzaps]; /* the writer's own eviction */
+            return;
+        }
+    if (start < b)
+        start = b;
+    if (end > e)
+        end = e;
+    if (start >= end)
+        return;
+    stat_add(&r->st.releases, 1);
+    size_t off0 = start - b, off1 = end - b;
+    uint32_t u0 = (uint32_t)(off0 >> r->unit_shift), u1 = (uint32_t)((off1 - 1) >> r->unit_shift);
+    for (uint32_t u = u0; u <= u1; u++)
+        release_unit(r, u, covered_pages(r, u, off0, off1));
+    if (r->nfree && r->space_wanted)
+        region_kick_handler(r);
+}
+
+/* Read what the userfaultfd has: removals are handled now, faults queued. */
+static int read_msgs(struct fmem_region *r)
+{
+    struct uffd_msg msgs[32];
+    ssize_t got = read(r->uffd, msgs, sizeof msgs);
+    if (got <= 0)
+        return 0;
+    int n = (int)(got / (ssize_t)sizeof msgs[0]);
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < n; i++)
+        if (msgs[i].event == UFFD_EVENT_REMOVE)
+            on_remove(r, (uintptr_t)msgs[i].arg.remove.start, (uintptr_t)msgs[i].arg.remove.end);
+    pthread_mutex_unlock(&r->lock);
+    for (int i = 0; i < n; i++) {
+        if (msgs[i].event != UFFD_EVENT_PAGEFAULT)
+            continue;
+        struct fault_msg m = {
+            .addr = (uintptr_t)msgs[i].arg.pagefault.address,
+            .flags = (uint32_t)msgs[i].arg.pagefault.flags,
+            .tid = msgs[i].arg.pagefault.feat.ptid,
+        };
+        stat_add(&r->st.faults, 1);
+        stat_add(m.flags & UFFD_PAGEFAULT_FLAG_WP ? &r->st.wp_faults : &r->st.missing_faults, 1);
+        fault_push(&r->deferred, &m);
+    }
+    return n;
+}
+
+/* An ioctl saw a removal event waiting: read it so that the madvise behind
+ * it can go on, then let that thread run. */
+static void let_events_through(struct fmem_region *r)
+{
+    if (read_msgs(r) == 0)
+        sched_yield();
+}
+
+/* Map unit u (ABSENT, slot taken). `remote`: read it from the pool;
+ * `dirty`: the fault was a write, map it writable and dirty; `demand`: a
+ * fault asked for it (else read-ahead). */
+static void install(struct fmem_region *r, uint32_t u, int remote, int dirty, int demand)
+{
+    r->inst = (struct install_ctx){.active = 1, .unit = u, .src = region_zero_page};
+    if (remote) {
+        int rc = remote_fetch(r, u, r->buf);
+        if (rc == 0)
+            r->inst.src = r->buf;
+        else
+            report("reading a unit from the pool", rc);
+        stat_add(demand ? &r->st.fetches : &r->st.prefetches, 1);
+    } else {
+        stat_add(&r->st.zero_fills, 1);
+    }
+    char *dst = unit_addr(r, u);
+    size_t done = 0;
+    int existed = 0;
+    while (done < r->unit) {
+        const char *src = r->inst.released ? region_zero_page : r->inst.src;
+        size_t n;
+        int rc = uffd_copy(r->uffd, dst + done, src + done, r->unit - done, !dirty, 0, &n);
+        done += n;
+        if (rc == 0)
+            break;
+        if (rc == -EEXIST) { /* a stray page, see release_unit: keep it */
+            done += UFFD_PAGE;
+            existed = 1;
+        } else if (rc == -EAGAIN) {
+            if (n == 0)
+                let_events_through(r);
+        } else {
+            report("UFFDIO_COPY", rc);
+            break;
+        }
+    }
+    r->inst.active = 0;
+    pthread_mutex_lock(&r->lock);
+    struct region_unit *un = &r->units[u];
+    un->state = UNIT_RESIDENT;
+    un->present = full_mask(r);
+    un->zeroed = 0;
+    un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
+    if (dirty) {
+        un->flags |= UF_DIRTY | UF_REF;
+        (void)remote_ref(r, u); /* on failure the writer tries again */
+    }
+    if (r->nfree < r->reserve)
+        region_kick_writer(r);
+    pthread_mutex_unlock(&r->lock);
+    if (existed)
+        uffd_wake(r->uffd, dst, r->unit);
+}
+
+/* Sequential faults (each on the unit after the previous run) read ahead a
+ * window that doubles up to r->prefetch units, into free slots only. */
+static void prefetch_after(struct fmem_region *r, uint32_t u)
+{
+    if (u == r->seq_next)
+        r->seq_run++;
+    else
+        r->seq_run = 0;
+    r->seq_next = u + 1;
+    if (r->prefetch == 0 || r->seq_run == 0)
+        return;
+    unsigned w = r->seq_run >= 16 ? r->prefetch : 1u << r->seq_run;
+    if (w > r->prefetch)
+        w = r->prefetch;
+    for (unsigned i = 1; i <= w && u + i < r->nunits; i++) {
+        uint32_t v = u + i;
+        pthread_mutex_lock(&r->lock);
+        struct region_unit *vn = &r->units[v];
+        int ok = vn->state == UNIT_ABSENT && r->nfree > 1;
+        int remote = vn->flags & UF_REMOTE;
+        if (ok)
+            cache_take_slot(r, v);
+        pthread_mutex_unlock(&r->lock);
+        if (!ok)
+            break;
+        install(r, v, remote, 0, 0);
+        r->seq_next = v + 1;
+    }
+}
+
+/* Map a zero page at `page` of cached (or evicting) unit u (lock held). */
+static int zero_fill_page(struct fmem_region *r, uint32_t u, unsigned page, int account)
+{
+    char *a = unit_addr(r, u) + (size_t)page * UFFD_PAGE;
+    size_t n;
+    int rc = uffd_copy(r->uffd, a, region_zero_page, UFFD_PAGE, 1, 0, &n);
+    if (rc == -EEXIST)
+        return uffd_wake(r->uffd, a, UFFD_PAGE);
+    if (rc == 0 && account) {
+        struct region_unit *un = &r->units[u];
+        un->present |= (uint64_t)1 << page;
+        if (un->flags & UF_REMOTE)
+            un->flags |= UF_DIRTY;
+        stat_add(&r->st.zero_fills, 1);
+    }
+    return rc;
+}
+
+/* First write to a clean cached unit (lock held). */
+static int make_writable(struct fmem_region *r, uint32_t u)
+{
+    struct region_unit *un = &r->units[u];
+    un->flags |= UF_DIRTY | UF_REF;
+    (void)remote_ref(r, u); /* lazy allocation; on failure the writer retries */
+    return uffd_wp(r->uffd, unit_addr(r, u), r->unit, 0);
+}
+
+static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
+{
+    uintptr_t a = m->addr & ~(uintptr_t)(UFFD_PAGE - 1), b = (uintptr_t)r->base;
+    if (a < b || a >= b + r->size)
+        return FAULT_DONE;
+    size_t off = a - b;
+    uint32_t u = (uint32_t)(off >> r->unit_shift);
+    unsigned page = (unsigned)((off & (r->unit - 1)) / UFFD_PAGE);
+    int wp = !!(m->flags & UFFD_PAGEFAULT_FLAG_WP);
+    struct region_unit *un = &r->units[u];
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    switch (un->state) {
+    case UNIT_ABSENT: {
+        if (r->nfree == 0) {
+            r->space_wanted = 1;
+            region_kick_writer(r);
+            pthread_mutex_unlock(&r->lock);
+            return FAULT_NOSPACE;
+        }
+        int remote = un->flags & UF_REMOTE;
+        /* a write-protect fault here is stale or hit a stray page: map the
+         * unit first, the retried write then faults again */
+        int write = !wp && (m->flags & UFFD_PAGEFAULT_FLAG_WRITE);
+        if (write) /* the chunk exists before the writer is woken */
+            (void)remote_ref(r, u);
+        cache_take_slot(r, u);
+        pthread_mutex_unlock(&r->lock);
+        install(r, u, remote, write, 1);
+        prefetch_after(r, u);
+        return FAULT_DONE;
+    }
+    case UNIT_EVICTING:
+        if (!wp && m->tid == (uint32_t)atomic_load(&r->writer_tid))
+            rc = zero_fill_page(r, u, page, 0); /* released under the writer */
+        else
+            un->flags |= UF_WAITERS;
+        break;
+    default:
+        stat_add(&r->st.hits, 1);
+        rc = wp ? make_writable(r, u) : zero_fill_page(r, u, page, 1);
+        break;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (rc == -EAGAIN)
+        return FAULT_RETRY;
+    if (rc)
+        report("resolving a fault", rc);
+    return FAULT_DONE;
+}
+
+/* Serve the queued faults; keep the ones that must wait. */
+static void serve_deferred(struct fmem_region *r, int *retry, int *nospace)
+{
+    size_t keep = 0;
+    *retry = *nospace = 0;
+    for (size_t i = 0; i < r->deferred.n; i++) {
+        struct fault_msg m = r->deferred.v[i];
+        int rc = serve_fault(r, &m); /* may append to r->deferred */
+        if (rc == FAULT_DONE)
+            continue;
+        *retry |= rc == FAULT_RETRY;
+        *nospace |= rc == FAULT_NOSPACE;
+        r->deferred.v[keep++] = m;
+    }
+    r->deferred.n = keep;
+}
+
+void *region_handler_main(void *arg)
+{
+    struct fmem_region *r = arg;
+    int retry = 0, nospace = 0;
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        int stop = r->stop_handler, space = r->nfree > 0;
+        if (r->barrier_done != r->barrier_req) {
+            r->barrier_done = r->barrier_req;
+            pthread_cond_broadcast(&r->done_cv);
+        }
+        pthread_mutex_unlock(&r->lock);
+        if (stop)
+            break;
+        int timeout = retry || (nospace && space) ? 0 : -1;
+        struct pollfd p[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->evfd, .events = POLLIN}};
+        int ready = poll(p, 2, timeout);
+        if (ready < 0 && errno != EINTR) {
+            report("poll", -errno);
+            break;
+        }
+        if (p[1].revents & POLLIN) {
+            uint64_t v;
+            (void)!read(r->evfd, &v, sizeof v);
+        }
+        int got = 0, n;
+        while ((n = read_msgs(r)) > 0)
+            got += n;
+        serve_deferred(r, &retry, &nospace);
+        if (retry && !got)
+            sched_yield();
+    }
+    free(r->deferred.v);
+    r->deferred = (struct fault_list){0};
+    return NULL;
+}

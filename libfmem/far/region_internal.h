@@ -1,0 +1,168 @@
+/* region_internal.h - the far-memory region behind fmem_region.
+ *
+ * Threads and ownership:
+ *  - the fault handler (region_fault.c) is the only reader of the
+ *    userfaultfd: it serves faults, installs units (UFFDIO_COPY) and
+ *    processes removal events. It never touches region memory and never
+ *    waits for another region thread, because a madvise(MADV_DONTNEED) on
+ *    the region blocks until the handler has read its removal event.
+ *  - the writer (region_writer.c) picks CLOCK victims, writes dirty units
+ *    back and drops them with madvise; it also runs flushes.
+ * All unit, chunk and cache state is guarded by `lock`. Nobody holds it
+ * while touching region memory or calling madvise. The handler installs
+ * ABSENT units without the lock: only it changes ABSENT units. */
+#ifndef FMEM_FAR_REGION_INTERNAL_H
+#define FMEM_FAR_REGION_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fmem.h"
+#include "fmem_far.h"
+#include "uffd.h"
+
+enum unit_state {
+    UNIT_ABSENT,   /* not mapped (stray zero pages may exist, see fault.c) */
+    UNIT_RESIDENT, /* mapped, in the CLOCK ring */
+    UNIT_FLUSHING, /* resident; the writer is copying it to the pool */
+    UNIT_EVICTING, /* the writer is writing it back and dropping it */
+};
+
+enum unit_flag {
+    UF_DIRTY = 1u << 0,    /* local copy differs from the pool's */
+    UF_REF = 1u << 1,      /* CLOCK reference bit */
+    UF_REMOTE = 1u << 2,   /* the pool holds this unit's data */
+    UF_WRITTEN = 1u << 3,  /* counts as a user of its chunk */
+    UF_WAITERS = 1u << 4,  /* faults parked until the writer is done */
+    UF_RELEASED = 1u << 5, /* released while the writer held it */
+};
+
+struct region_unit {
+    uint8_t state, flags;
+    uint16_t pad;
+    uint32_t slot;    /* CLOCK ring slot while cached */
+    uint64_t present; /* pages mapped, bit per 4 KiB page, while cached */
+    uint64_t zeroed;  /* pages released while the writer held the unit */
+};
+
+/* One pool allocation backing `chunk` bytes of the region. */
+struct region_chunk {
+    fmem_handle h;
+    uint32_t users; /* units with UF_WRITTEN; 0 = not allocated */
+};
+
+struct fault_msg {
+    uintptr_t addr;
+    uint32_t flags; /* UFFD_PAGEFAULT_FLAG_* */
+    uint32_t tid;
+};
+
+struct fault_list {
+    struct fault_msg *v;
+    size_t n, cap;
+};
+
+/* A madvise the writer issued to drop units; its removal event is ours. */
+#define REGION_MAX_ZAPS 256
+struct zap {
+    uintptr_t start, end;
+};
+
+/* A unit the handler is installing, so that a removal event read while it
+ * waits for UFFDIO_COPY can patch the data not yet mapped. */
+struct install_ctx {
+    int active;
+    uint32_t unit;
+    char *src;      /* data being mapped: the fetch buffer or the zero page */
+    int released;   /* fully released meanwhile: map zeros */
+};
+
+struct region_counters {
+    _Atomic uint64_t faults, missing_faults, wp_faults, hits, fetches, prefetches, zero_fills,
+        evictions, writebacks, bytes_fetched, bytes_written, remote_bytes, remote_peak, releases,
+        alloc_failures;
+};
+
+struct fmem_region {
+    fmem_pool *pool;
+    char *base;
+    size_t size, unit, chunk;
+    unsigned unit_shift, pages_per_unit, units_per_chunk;
+    uint32_t nunits, nchunks;
+    uint32_t cap;      /* cache capacity, units */
+    uint32_t reserve;  /* free slots the writer keeps */
+    unsigned prefetch; /* most units read ahead */
+    int uffd, evfd;    /* evfd wakes the handler */
+    int pidfd;         /* this process, for process_madvise; -1: madvise */
+    pthread_t handler, writer;
+    _Atomic pid_t writer_tid;
+
+    pthread_mutex_t lock;
+    pthread_cond_t writer_cv; /* work for the writer */
+    pthread_cond_t done_cv;   /* barrier / flush completions */
+    struct region_unit *units;
+    struct region_chunk *chunks;
+    uint32_t *ring;      /* CLOCK ring: unit per slot, NO_UNIT if free */
+    uint32_t *free_slots;
+    uint32_t nfree, hand;
+    struct zap zaps[REGION_MAX_ZAPS];
+    unsigned nzaps;
+    uint64_t barrier_req, barrier_done, flush_req, flush_done;
+    int flush_rc;
+    int stop_writer, stop_handler;
+    int space_wanted; /* the handler waits for free slots */
+
+    /* handler-private */
+    char *buf;               /* fetch buffer, one unit */
+    struct install_ctx inst;
+    struct fault_list deferred; /* to retry (EAGAIN) or waiting for space */
+    uint32_t seq_next;          /* unit a sequential scan faults on next */
+    unsigned seq_run;
+
+    struct region_counters st;
+};
+
+#define NO_UNIT UINT32_MAX
+
+extern char region_zero_page[]; /* FMEM_REGION_MAX_UNIT zero bytes, never written */
+
+static inline char *unit_addr(const struct fmem_region *r, uint32_t u)
+{
+    return r->base + ((size_t)u << r->unit_shift);
+}
+static inline uint64_t full_mask(const struct fmem_region *r)
+{
+    return r->pages_per_unit >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << r->pages_per_unit) - 1);
+}
+static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+/* region_cache.c: slots of the CLOCK ring (lock held) */
+uint32_t cache_take_slot(struct fmem_region *r, uint32_t u);
+void cache_free_slot(struct fmem_region *r, uint32_t slot);
+/* Claim up to `max` CLOCK victims: marks them UNIT_EVICTING. */
+unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max);
+
+/* region_remote.c: pool allocations behind the units (lock held) */
+int remote_ref(struct fmem_region *r, uint32_t u);  /* set UF_WRITTEN */
+void remote_drop(struct fmem_region *r, uint32_t u); /* clear WRITTEN/REMOTE */
+int remote_fetch(struct fmem_region *r, uint32_t u, void *dst);
+/* Write the unit's pages in `present` from region memory and zeros for the
+ * others. Called without the lock (the unit is claimed by the caller). */
+int remote_writeback(struct fmem_region *r, uint32_t u, fmem_handle h, uint64_t present);
+int remote_zero_pages(struct fmem_region *r, uint32_t u, uint64_t pages);
+fmem_handle remote_handle(struct fmem_region *r, uint32_t u, uint64_t *off);
+void remote_free_all(struct fmem_region *r);
+
+/* region_fault.c */
+void *region_handler_main(void *arg);
+/* region_writer.c */
+void *region_writer_main(void *arg);
+void region_kick_writer(struct fmem_region *r); /* lock held */
+void region_kick_handler(struct fmem_region *r);
+
+#endif

@@ -1,0 +1,172 @@
+/* fmem_far.h - far memory on top of an fmem pool: paged regions and an
+ * object allocator. Both are built only on the public API of fmem.h
+ * (fmem_alloc/fmem_free/fmem_read/fmem_write, and fmem_map for heaps on the
+ * shared-memory transport), so they work on every transport.
+ *
+ * Regions
+ * -------
+ * A region is a reserved range of virtual addresses whose contents live in
+ * pool allocations. Pages are brought into a bounded local cache on demand
+ * (userfaultfd), written back when dirty and evicted with CLOCK; sequential
+ * faults are prefetched. Remote space is allocated on the first write to a
+ * 64 KiB piece of the region and freed again when the program releases it
+ * (fmem_region_release() or madvise(MADV_DONTNEED) on the range), so the
+ * remote footprint follows what the program really uses.
+ *
+ * Requirements (Linux): userfaultfd with write-protect on anonymous memory,
+ * kernel >= 5.7. The process needs one of: CAP_SYS_PTRACE (root),
+ * vm.unprivileged_userfaultfd=1, or read/write access to /dev/userfaultfd
+ * (kernel >= 6.1). Without them fmem_region_create() returns FMEM_EACCES;
+ * if only user-mode faults are allowed (unprivileged, sysctl 0) regions
+ * still work, but system calls that read or write region memory directly
+ * (read(2) into a region buffer, ...) fail with EFAULT for pages that are
+ * not cached.
+ * Rules: do not fork() while a region is in use (the child does not see
+ * far pages), do not mprotect() or mremap() parts of a region, and do not
+ * unmap it yourself; fmem_region_destroy() does.
+ *
+ * Heaps
+ * -----
+ * An object allocator (malloc/free for any size) whose memory comes from a
+ * pool: small objects (<= 16 KiB) in size classes carved out of 64 KiB
+ * slabs with per-thread slab ownership, large objects as whole pool
+ * allocations. Empty slabs go back to the pool. A heap runs either on
+ * directly mapped pool allocations (fmem_heap_new; shared-memory transport
+ * only) or inside a region (fmem_heap_new_region; every transport).
+ */
+#ifndef FMEM_FAR_H
+#define FMEM_FAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <fmem.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- regions ------------------------------------------------------------ */
+
+typedef struct fmem_region fmem_region;
+
+#define FMEM_REGION_MIN_UNIT ((size_t)4096)
+#define FMEM_REGION_MAX_UNIT ((size_t)256 * 1024)
+#define FMEM_REGION_DEFAULT_UNIT ((size_t)16 * 1024)
+#define FMEM_REGION_MIN_CACHE_UNITS 16
+#define FMEM_REGION_NO_PREFETCH ((unsigned)-1)
+
+typedef struct fmem_region_config {
+    size_t size;        /* bytes of address space (rounded up to fetch_unit) */
+    size_t cache_bytes; /* local cache budget; rounded up to fetch units, at
+                         * least FMEM_REGION_MIN_CACHE_UNITS units */
+    size_t fetch_unit;  /* bytes brought in per fault: a power of two in
+                         * [4 KiB, 256 KiB]; 0 = FMEM_REGION_DEFAULT_UNIT */
+    unsigned prefetch;  /* most units read ahead after sequential faults;
+                         * 0 = 256 KiB worth, FMEM_REGION_NO_PREFETCH = off */
+    unsigned flags;     /* reserved, 0 */
+} fmem_region_config;
+
+typedef struct fmem_region_stats_t {
+    uint64_t faults;         /* fault messages handled (missing + write) */
+    uint64_t missing_faults; /* accesses to a page that was not mapped */
+    uint64_t wp_faults;      /* first writes to a clean cached unit */
+    uint64_t hits;           /* faults served without a remote read: the
+                              * unit was cached (write faults, races) */
+    uint64_t fetches;        /* units read from the pool on demand */
+    uint64_t prefetches;     /* units read ahead */
+    uint64_t zero_fills;     /* units/pages filled with zeros (never
+                              * written, or released) without a read */
+    uint64_t evictions;      /* units dropped from the cache */
+    uint64_t writebacks;     /* dirty units written to the pool */
+    uint64_t bytes_fetched;  /* bytes read from the pool */
+    uint64_t bytes_written;  /* bytes written to the pool */
+    uint64_t remote_bytes;   /* bytes of pool allocations held now */
+    uint64_t remote_peak;    /* most remote_bytes held at once */
+    uint64_t cached_bytes;   /* bytes of units in the local cache now */
+    uint64_t cache_bytes;    /* the cache budget (rounded) */
+    uint64_t releases;       /* ranges released by the program */
+    uint64_t alloc_failures; /* pool allocations that failed (the unit
+                              * stays cached until space is found) */
+    uint64_t reserved[8];
+} fmem_region_stats_t;
+
+/* Create a region on `pool` (which must outlive it). */
+FMEM_API int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg,
+                                fmem_region **out);
+/* Stop the region, free every pool allocation, unmap (the data is gone).
+ * No thread may touch the region's memory any more. */
+FMEM_API int fmem_region_destroy(fmem_region *r);
+FMEM_API void *fmem_region_base(const fmem_region *r);
+FMEM_API size_t fmem_region_size(const fmem_region *r);
+FMEM_API size_t fmem_region_unit(const fmem_region *r);
+/* Write every dirty cached unit back to the pool. Releases made before the
+ * call (also madvise(MADV_DONTNEED)) are reflected in the statistics when
+ * it returns. FMEM_ENOMEM if some unit found no pool space. */
+FMEM_API int fmem_region_flush(fmem_region *r);
+/* The program no longer needs [offset, offset+len): the bytes read as zero
+ * afterwards and pool space that only they used is freed. offset and len
+ * must be multiples of 4 KiB (FMEM_EINVAL), inside the region
+ * (FMEM_ERANGE). Same effect as madvise(MADV_DONTNEED) on the range, but
+ * returns only once the pool space is freed. */
+FMEM_API int fmem_region_release(fmem_region *r, size_t offset, size_t len);
+FMEM_API int fmem_region_stats(fmem_region *r, fmem_region_stats_t *out);
+
+/* ---- heaps (object allocator) ------------------------------------------ */
+
+typedef struct fmem_heap fmem_heap;
+
+#define FMEM_HEAP_SMALL_MAX ((size_t)16 * 1024) /* larger: whole allocations */
+#define FMEM_HEAP_SLAB_SIZE ((size_t)64 * 1024)
+
+typedef struct fmem_heap_stats_t {
+    uint64_t mallocs;        /* objects handed out (all threads) */
+    uint64_t frees;          /* objects freed */
+    uint64_t slabs;          /* slabs held now */
+    uint64_t large;          /* large objects live now */
+    uint64_t remote_bytes;   /* pool (or region) bytes held now */
+    uint64_t remote_peak;    /* most remote_bytes held at once */
+    uint64_t slab_allocs;    /* slabs taken from the pool */
+    uint64_t slab_frees;     /* slabs given back */
+    uint64_t double_frees;   /* frees refused as double frees */
+    uint64_t bad_frees;      /* frees refused: pointer not from this heap */
+    uint64_t reserved[8];
+} fmem_heap_stats_t;
+
+/* A heap on directly mapped pool allocations (FMEM_ENOTSUP when the
+ * transport cannot map). The pool must outlive the heap. */
+FMEM_API int fmem_heap_new(fmem_pool *pool, fmem_heap **out);
+/* A heap inside a region: slabs are 64 KiB ranges of the region, giving a
+ * slab back releases its range. The heap owns the region's address space
+ * from then on; the region must outlive the heap. */
+FMEM_API int fmem_heap_new_region(fmem_region *r, fmem_heap **out);
+/* Free everything the heap holds. No thread may use it any more. */
+FMEM_API void fmem_heap_destroy(fmem_heap *h);
+
+/* malloc(3)-like. Size 0 returns a unique minimal object (free it as any
+ * other). Sizes the heap cannot hold: NULL with errno = ENOMEM. */
+FMEM_API void *fmem_heap_malloc(fmem_heap *h, size_t size);
+FMEM_API void *fmem_heap_calloc(fmem_heap *h, size_t n, size_t size);
+/* realloc(3)-like: NULL ptr = malloc; size 0 frees ptr and returns a
+ * minimal object. On failure ptr is left alone, NULL, errno = ENOMEM; a
+ * pointer this heap does not own: NULL, errno = EINVAL. */
+FMEM_API void *fmem_heap_realloc(fmem_heap *h, void *ptr, size_t size);
+/* alignment: a power of two (else NULL, errno = EINVAL). */
+FMEM_API void *fmem_heap_memalign(fmem_heap *h, size_t alignment, size_t size);
+/* 0, or FMEM_EINVAL (not an object of this heap: foreign or interior
+ * pointer), or FMEM_EDOUBLEFREE (the object is already free). A refused
+ * free changes nothing. NULL is accepted (0). Double frees are detected by
+ * a per-heap random key written into freed objects (like glibc's tcache),
+ * so they are caught unless the program overwrote the freed object. */
+FMEM_API int fmem_heap_free(fmem_heap *h, void *ptr);
+/* Usable bytes of a live object; 0 for NULL or a pointer not owned. */
+FMEM_API size_t fmem_heap_usable_size(fmem_heap *h, const void *ptr);
+/* Give back empty slabs kept by the calling thread and by exited threads,
+ * and collect frees other threads made into them. */
+FMEM_API void fmem_heap_collect(fmem_heap *h);
+FMEM_API int fmem_heap_stats(fmem_heap *h, fmem_heap_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FMEM_FAR_H */
