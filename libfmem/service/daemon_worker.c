@@ -9,6 +9,7 @@
  * can only free what it was given, within its quota. */
 #include <errno.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -201,13 +202,18 @@ static void *worker_main(void *arg)
             idle_since = 0;
             continue;
         }
-        if ((++spins & 63) == 0 || !idle_since) {
+        if ((++spins & 15) == 0 || !idle_since) {
             uint64_t now = ring_now_ns();
             if (!idle_since)
                 idle_since = now;
             else if (now - idle_since > d->cfg->spin_ns) {
                 sleep_on_rings(w);
                 idle_since = 0;
+                continue;
+            }
+            if (idle_since && now - idle_since > RING_PURE_SPIN_NS) {
+                sched_yield(); /* idle a while: let others have the core */
+                continue;
             }
         }
         cpu_relax();

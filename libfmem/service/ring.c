@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -139,13 +140,18 @@ int ring_call(struct ring_hdr *r, const struct ring_req *req, struct ring_rsp *r
         atomic_fetch_add(&r->bell, 1);
         futex_wake_shared(&r->bell, 1);
     }
-    /* spin first: a busy worker answers in well under a microsecond */
-    uint64_t t0 = ring_now_ns();
+    /* spin first: a busy worker answers in well under a microsecond; after
+     * a few microseconds yield the core on every turn, since on a loaded
+     * machine the worker may be waiting for it */
+    uint64_t t0 = ring_now_ns(), waited = 0;
     unsigned n = 0;
     uint32_t st;
     while ((st = atomic_load_explicit(&s->state, memory_order_acquire)) != SLOT_DONE) {
-        cpu_relax();
-        if ((++n & 63) == 0 && ring_now_ns() - t0 > spin_ns)
+        if (waited > RING_PURE_SPIN_NS)
+            sched_yield();
+        else
+            cpu_relax();
+        if ((++n & 15) == 0 && (waited = ring_now_ns() - t0) > spin_ns)
             break;
     }
     while (st != SLOT_DONE) {

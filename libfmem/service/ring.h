@@ -50,4 +50,7 @@ static inline void cpu_relax(void)
 
 uint64_t ring_now_ns(void);
 
+/* Busy-wait this long (pause instructions) before yielding the core. */
+#define RING_PURE_SPIN_NS 4000
+
 #endif
