@@ -1,0 +1,53 @@
+/* fmem_hooks_python.h - CPython and numpy allocator hooks on a binding
+ * (libfmem_hooks_python; include after or instead of <Python.h>).
+ *
+ * Each installer wraps what is installed now: objects the binding's heap
+ * owns go back to it, every other pointer to the allocator that was there
+ * before, so memory allocated earlier stays valid and is freed the old
+ * way. To stop placing new memory in the heap, use
+ * fmem_hooks_set_active(b, 0) rather than putting the old allocator back:
+ * heap objects may still be alive. The binding must then live as long as
+ * the interpreter (or, for numpy, as the last array made through it).
+ * docs/hooks.md has the rules of each hook.
+ */
+#ifndef FMEM_HOOKS_PYTHON_H
+#define FMEM_HOOKS_PYTHON_H
+
+#include <Python.h>
+
+#include <fmem_hooks.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Wrap the allocator of PYMEM_DOMAIN_RAW, _MEM or _OBJ; `old` (may be
+ * NULL) receives the allocator it wraps. RAW: before Py_Initialize() or
+ * with the GIL; MEM and OBJ: with the GIL held. Replacing OBJ bypasses
+ * pymalloc: every object becomes a heap object. FMEM_EINVAL for another
+ * domain, FMEM_ENOMEM when the wrapper's state cannot be allocated. */
+FMEM_API int fmem_hooks_python_domain(fmem_hooks *b, PyMemAllocatorDomain domain,
+                                      PyMemAllocatorEx *old);
+
+/* Wrap pymalloc's arena allocator (PyObject_SetArenaAllocator): new 1 MiB
+ * arenas, and so the small objects inside them, come from the heap. With
+ * the GIL held. */
+FMEM_API int fmem_hooks_python_arena(fmem_hooks *b, PyObjectArenaAllocator *old);
+
+/* numpy's data memory handler (NEP 49, numpy >= 1.22): a new reference to
+ * a "mem_handler" capsule whose functions allocate array data through b;
+ * numpy keeps a reference to it in every array it allocates. With the GIL
+ * held and numpy importable. FMEM_ENOTSUP when the library was built
+ * without numpy's headers; FMEM_EINVAL with a Python error set otherwise. */
+FMEM_API int fmem_hooks_numpy_handler(fmem_hooks *b, PyObject **capsule);
+/* Make such a handler current (PyDataMem_SetHandler: for the current
+ * context, so a `with` block can scope it); `old` (may be NULL) receives a
+ * new reference to the previous handler, to reinstall it later. */
+FMEM_API int fmem_hooks_numpy_install(fmem_hooks *b, PyObject **old);
+/* Reinstall a handler saved by fmem_hooks_numpy_install; steals `old`. */
+FMEM_API int fmem_hooks_numpy_restore(PyObject *old);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FMEM_HOOKS_PYTHON_H */
