@@ -16,7 +16,9 @@
 struct stress_shared {
     struct shadow sh;
     struct failure fail;
-    double deadline;   /* now_seconds() at which workers stop */
+    double deadline;   /* now_seconds() after which workers stop... */
+    uint64_t min_allocs; /* ...once this many allocations were made */
+    double hard_deadline; /* ...and at this time in any case */
     int max_live;      /* blocks a worker holds at most */
     bool small_only;   /* 4-16 KiB blocks only */
     atomic_uint_fast64_t ops, allocs, frees, enomem, io_checks;
@@ -134,8 +136,9 @@ static inline bool stress_alloc_and_claim(struct stress_worker *w, struct test_r
     return true;
 }
 
-/* Churn until the deadline or the first failure anywhere; then free every
- * block still held (also after a failure, so that the pool drains). */
+/* Churn until the deadline (on a loaded machine: until min_allocs, at
+ * most until the hard deadline) or the first failure anywhere; then free
+ * every block still held (also after a failure, so that the pool drains). */
 static inline void *stress_worker_run(void *arg)
 {
     struct stress_worker *w = arg;
@@ -146,8 +149,11 @@ static inline void *stress_worker_run(void *arg)
     rng_seed(&r, 1000 + w->owner);
     uint64_t seq = 0, ops = 0;
     while (atomic_load_explicit(&s->fail.count, memory_order_relaxed) == 0) {
-        if ((ops & 15) == 0 && now_seconds() > s->deadline)
-            break;
+        if ((ops & 15) == 0) {
+            double now = now_seconds();
+            if (now > s->hard_deadline || (now > s->deadline && s->allocs >= s->min_allocs))
+                break;
+        }
         ops++;
         bool do_alloc = nlive == 0 || (nlive < max_live && rng_below(&r, 100) < 55);
         int victim = -1;

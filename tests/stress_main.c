@@ -64,6 +64,8 @@ static void threads(const char *uri, unsigned nodes, uint64_t node_bytes, int nt
     pthread_t t[32];
     struct stress_worker w[32];
     s.deadline = now_seconds() + seconds;
+    s.hard_deadline = s.deadline + 60;
+    s.min_allocs = 2000;
     for (int i = 0; i < nthreads; i++) {
         w[i] = (struct stress_worker){.s = &s, .p = p, .owner = (uint32_t)i + 1};
         pthread_create(&t[i], NULL, stress_worker_run, &w[i]);
@@ -90,6 +92,8 @@ static void processes(int nchildren, int nthreads, double seconds)
         pool_unlink(path);
     CHECK(rc == 0, "open %s: %s", uri, fmem_strerror(rc));
     s->deadline = now_seconds() + seconds;
+    s->hard_deadline = s->deadline + 60;
+    s->min_allocs = 2000;
     pid_t pids[8];
     for (int c = 0; c < nchildren; c++) {
         fflush(NULL);
