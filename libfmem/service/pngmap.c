@@ -103,6 +103,9 @@ int pngmap_write(const char *path, const uint8_t *states, uint64_t nspans, const
     unsigned w = grid_w + 2 * margin;
     if (w < 640)
         w = 640;
+    size_t longest = strlen(title) > strlen(subtitle) ? strlen(title) : strlen(subtitle);
+    if (w < 2 * margin + longest * 6 * sc)
+        w = 2 * margin + (unsigned)longest * 6 * sc;
     unsigned legend_rows = 4;
     unsigned grid_y = margin + 2 * line + 8;
     unsigned h = grid_y + (unsigned)rows * cell + 12 + legend_rows * (line + 6) + margin;
@@ -127,9 +130,12 @@ int pngmap_write(const char *path, const uint8_t *states, uint64_t nspans, const
         struct rgb c;
         const char *what;
     } items[] = {
-        {C_FREE, "free span"},          {chunk_color(0), "4K-64K blocks: span empty"},
-        {chunk_color(16), "half used"}, {chunk_color(32), "full"},
-        {C_CONT, "contended"},          {C_BLOCK, "128K+ block (span/section)"},
+        {C_FREE, "free span"},
+        {chunk_color(0), "4K-64K blocks: span empty"},
+        {chunk_color(16), "span half used"},
+        {chunk_color(32), "span full"},
+        {C_CONT, "span contended"},
+        {C_BLOCK, "part of a 128K+ block"},
         {C_MOVING, "span being moved"},
     };
     unsigned ly = grid_y + (unsigned)rows * cell + 12, lx = margin;

@@ -31,7 +31,7 @@ static int draw(const char *png, const uint8_t *states, uint64_t nspans, const c
     chunks = nspans * 32;
     char title[160], sub[160];
     snprintf(title, sizeof title, "fmem pool %s", name);
-    snprintf(sub, sizeof sub, "%llu spans of 128K (%llu MiB), %.1f%% used. one cell = one span",
+    snprintf(sub, sizeof sub, "%llu spans of 128K (%llu MiB), %.1f%% used; one cell = one span",
              (unsigned long long)nspans, (unsigned long long)(nspans >> 3),
              chunks ? 100.0 * (double)used / (double)chunks : 0.0);
     if (pngmap_write(png, states, nspans, title, sub)) {
@@ -106,7 +106,7 @@ static int status_socket(const char *uri, const char *png, unsigned node)
         got += m.u.map.count;
     }
     char name[PATH_MAX + 16];
-    snprintf(name, sizeof name, "%s node %u", path, node);
+    snprintf(name, sizeof name, "%s, node %u", path, node);
     status = draw(png, states, total, name);
     free(states);
 out:
