@@ -203,7 +203,7 @@ struct run_result {
     unsigned threads;
     uint64_t rtt_ns;
     double elapsed_s;
-    uint64_t allocs, frees, failed, aborted, errors;
+    uint64_t allocs, frees, failed, aborted, errors, free_calls;
     double ops_per_s;
     double lat_avg_us, lat_p50_us, lat_p99_us, lat_max_us, free_avg_us;
     double cas_per_op, log_cas_per_op, retries_per_op, free_cas_per_op;

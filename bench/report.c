@@ -32,10 +32,13 @@ void report_header(const struct bench_opts *o)
 void report_row(const struct bench_opts *o, const struct run_result *r)
 {
     FILE *f = table(o);
-    fprintf(f, "%-10s %-6s %7u %11.0f %9.2f %9.2f %8.2f %7.2f %7.2f %9llu %6.2f %5.2f %6llu",
-            r->alloc, r->workload, r->threads, r->ops_per_s, r->lat_avg_us, r->lat_p99_us,
-            r->free_avg_us, r->cas_per_op, r->log_cas_per_op, (unsigned long long)r->retries_max,
-            r->rtt_per_op, r->cpu_util, (unsigned long long)r->failed);
+    char free_us[16] = "-"; /* no free finished in time */
+    if (r->free_calls)
+        snprintf(free_us, sizeof free_us, "%.2f", r->free_avg_us);
+    fprintf(f, "%-10s %-6s %7u %11.0f %9.2f %9.2f %8s %7.2f %7.2f %9llu %6.2f %5.2f %6llu",
+            r->alloc, r->workload, r->threads, r->ops_per_s, r->lat_avg_us, r->lat_p99_us, free_us,
+            r->cas_per_op, r->log_cas_per_op, (unsigned long long)r->retries_max, r->rtt_per_op,
+            r->cpu_util, (unsigned long long)r->failed);
     if (r->aborted)
         fprintf(f, "  (%llu calls aborted after the grace time)", (unsigned long long)r->aborted);
     if (r->errors)
@@ -53,7 +56,7 @@ void report_row(const struct bench_opts *o, const struct run_result *r)
     printf("{\"allocator\":\"%s\",\"workload\":\"%s\",\"threads\":%u,\"rtt_ns\":%llu,"
            "\"seconds\":%.3f,\"ops\":%llu,\"frees\":%llu,\"failed\":%llu,\"aborted\":%llu,"
            "\"errors\":%llu,\"ops_per_s\":%.1f,\"lat_avg_us\":%.3f,\"lat_p50_us\":%.3f,"
-           "\"lat_p99_us\":%.3f,\"lat_max_us\":%.3f,\"free_lat_avg_us\":%.3f,"
+           "\"lat_p99_us\":%.3f,\"lat_max_us\":%.3f,\"free_calls\":%llu,\"free_lat_avg_us\":%.3f,"
            "\"cas_per_op_avg\":%.4f,\"log_cas_per_op\":%.4f,\"cas_retries_avg\":%.4f,"
            "\"cas_retries_max\":%llu,\"free_cas_per_op\":%.4f,\"rtt_per_op\":%.4f,"
            "\"free_rtt_per_op\":%.4f,\"cpu_util\":%.3f",
@@ -61,7 +64,8 @@ void report_row(const struct bench_opts *o, const struct run_result *r)
            (unsigned long long)r->allocs, (unsigned long long)r->frees,
            (unsigned long long)r->failed, (unsigned long long)r->aborted,
            (unsigned long long)r->errors, r->ops_per_s, r->lat_avg_us, r->lat_p50_us,
-           r->lat_p99_us, r->lat_max_us, r->free_avg_us, r->cas_per_op, r->log_cas_per_op,
+           r->lat_p99_us, r->lat_max_us, (unsigned long long)r->free_calls, r->free_avg_us,
+           r->cas_per_op, r->log_cas_per_op,
            r->retries_per_op, (unsigned long long)r->retries_max, r->free_cas_per_op,
            r->rtt_per_op, r->free_rtt_per_op, r->cpu_util);
     printf(",\"cas_dist\":[");

@@ -116,6 +116,7 @@ static void aggregate(const struct worker *ws, unsigned n, uint64_t t0, struct h
     out->lat_p50_us = hist_quantile(lat, 0.50) / 1e3;
     out->lat_p99_us = hist_quantile(lat, 0.99) / 1e3;
     out->lat_max_us = (double)lat->max / 1e3;
+    out->free_calls = free_calls;
     out->free_avg_us = free_calls ? (double)free_ns / (double)free_calls / 1e3 : 0;
     out->cas_per_op = calls ? (double)(cas - log_cas) / calls : 0;
     out->log_cas_per_op = calls ? (double)log_cas / calls : 0;
