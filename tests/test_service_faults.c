@@ -146,9 +146,25 @@ Test(faults, hostile_socket_messages)
     }
     close(junk_fd);
     /* an application sending junk after its handshake gets errors and
-     * keeps its session */
+     * keeps its session; one that keeps at it is disconnected */
     fmem_pool *p = app(0);
+    memset(buf, 0x5A, 64);
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(sock_send(service_socket(p), buf, 64, NULL, 0), 0);
     cr_assert_eq(service_ping(p), 0);
+    fmem_pool *pest = app(0);
+    fmem_handle ph;
+    cr_assert_eq(fmem_alloc(pest, 4096, &ph), 0);
+    for (int i = 0; i < 400; i++)
+        if (sock_send(service_socket(pest), buf, 64, NULL, 0))
+            break;
+    int prc = 0;
+    for (int t = 0; t < 100 && prc == 0; t++) {
+        prc = service_ping(pest);
+        env_nap_ms(20);
+    }
+    cr_assert_eq(prc, FMEM_EIO, "a flooding application is disconnected");
+    fmem_close(pest);
     cr_assert_eq(fmem_alloc(good, 4096, &keep) == 0 && fmem_free(good, &keep) == 0, 1);
     fmem_close(p);
     env_nap_ms(200);
@@ -332,7 +348,6 @@ Test(faults, sigkill_application)
  * applications see the service gone; a restarted fmemd serves again. */
 Test(faults, kill_fmemd_and_restart)
 {
-    E.heartbeat_ms = 200;
     start(2, NULL);
     fmem_pool *p = app(0), *other = app(1);
     fmem_handle h[100], o;
@@ -371,7 +386,6 @@ Test(faults, kill_fmemd_and_restart)
  * service resumes its user id, blocks held across the restart still work. */
 Test(faults, mnode_restart_keeps_pool)
 {
-    E.heartbeat_ms = 200;
     start(1, NULL);
     fmem_pool *p = app(0);
     fmem_handle h[16];

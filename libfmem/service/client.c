@@ -371,3 +371,8 @@ struct ring_hdr *service_ring(fmem_pool *p)
 {
     return p && p->ops == &client_ops ? C(p)->ring : NULL;
 }
+
+int service_socket(fmem_pool *p)
+{
+    return p && p->ops == &client_ops ? C(p)->sock : -1;
+}

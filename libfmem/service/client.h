@@ -13,6 +13,8 @@ int service_open(const char *uri, fmem_pool **out);
 int service_ping(fmem_pool *p);
 /* The client's ring (tests that play a misbehaving application). */
 struct ring_hdr *service_ring(fmem_pool *p);
+/* The client's socket to fmemd (tests), -1 if not a service pool. */
+int service_socket(fmem_pool *p);
 
 static inline int service_uri(const char *uri)
 {

@@ -17,6 +17,7 @@
 
 #define MAX_PENDING 64
 #define PENDING_NS 5000000000u /* a connection has 5 s to say hello */
+#define MAX_BAD_MSGS 256     /* junk an application may send on its socket */
 
 struct pending {
     int fd;
@@ -82,7 +83,7 @@ static void welcome(struct fmemd *d, struct pending *p, const struct msg *m)
         w.data_bytes[i] = d->nodes[i].data_bytes;
         fds[i + 1] = shm_transport_data_fd(d->nodes[i].tp);
     }
-    int rc = sock_send_msg(p->fd, MSG_APP_WELCOME, m->seq, &w, sizeof w, fds, d->nnodes + 1);
+    int rc = sock_reply_msg(p->fd, MSG_APP_WELCOME, m->seq, &w, sizeof w, fds, d->nnodes + 1);
     close(rfd);
     if (rc < 0) {
         ring_unmap(a->ring);
@@ -159,7 +160,7 @@ static void send_stats(struct fmemd *d, struct app *a, uint32_t seq)
     s.app_bytes = a->bytes;
     s.app_allocs = a->blocks;
     pthread_mutex_unlock(&a->mu);
-    sock_send_msg(a->sock, MSG_STATS, seq, &s, sizeof s, NULL, 0);
+    sock_reply_msg(a->sock, MSG_STATS, seq, &s, sizeof s, NULL, 0);
 }
 
 /* A message on an application's socket after its handshake. */
@@ -188,6 +189,11 @@ static void on_app_message(struct fmemd *d, unsigned i)
     pthread_mutex_unlock(&a->mu);
     sock_send_error(a->sock, rc ? 0 : m.seq, rc ? rc : FMEM_EINVAL,
                     n == -2 ? "message too large" : rc ? "malformed message" : "unexpected message");
+    if (++a->bad_socket_msgs > MAX_BAD_MSGS) {
+        dsay(d, "app %u (%s, pid %d): too many malformed messages; disconnected", a->id, a->name,
+             (int)a->pid);
+        app_gone(d, i);
+    }
 }
 
 static void on_accept(struct fmemd *d, struct pending *pend, unsigned *npend)

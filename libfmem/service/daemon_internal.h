@@ -29,6 +29,7 @@ struct app {
     struct own_table own;
     uint64_t bytes, blocks;            /* held now */
     uint64_t allocs, frees, pings, errors, refused_quota;
+    unsigned bad_socket_msgs; /* control thread only */
 };
 
 struct worker {

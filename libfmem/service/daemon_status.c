@@ -52,7 +52,7 @@ void status_send(struct fmemd *d, int fd, uint32_t seq)
     fclose(f);
     if (len > MSG_TEXT_MAX)
         len = MSG_TEXT_MAX;
-    sock_send_msg(fd, MSG_STATUS_TEXT, seq, text, len, NULL, 0);
+    sock_reply_msg(fd, MSG_STATUS_TEXT, seq, text, len, NULL, 0);
     free(text);
 }
 

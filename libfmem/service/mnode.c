@@ -330,7 +330,7 @@ static void send_status(struct mnode *m, struct conn *c, uint32_t seq)
     fclose(f);
     if (len > MSG_TEXT_MAX)
         len = MSG_TEXT_MAX;
-    sock_send_msg(c->fd, MSG_STATUS_TEXT, seq, text, len, NULL, 0);
+    sock_reply_msg(c->fd, MSG_STATUS_TEXT, seq, text, len, NULL, 0);
     free(text);
 }
 

@@ -75,7 +75,16 @@ int sock_connect(const char *path)
     return fd;
 }
 
+static int send_flags(int fd, const void *buf, size_t len, const int *fds, unsigned nfds,
+                      int flags);
+
 int sock_send(int fd, const void *buf, size_t len, const int *fds, unsigned nfds)
+{
+    return send_flags(fd, buf, len, fds, nfds, 0);
+}
+
+static int send_flags(int fd, const void *buf, size_t len, const int *fds, unsigned nfds,
+                      int flags)
 {
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
     union {
@@ -98,7 +107,7 @@ int sock_send(int fd, const void *buf, size_t len, const int *fds, unsigned nfds
         memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
     }
     for (;;) {
-        ssize_t r = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        ssize_t r = sendmsg(fd, &mh, MSG_NOSIGNAL | flags);
         if (r == (ssize_t)len)
             return 0;
         if (r < 0 && errno == EINTR)
@@ -184,8 +193,8 @@ int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid)
     return 0;
 }
 
-int sock_send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
-                  const int *fds, unsigned nfds)
+static int send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
+                    const int *fds, unsigned nfds, int flags)
 {
     static _Thread_local char buf[MSG_MAX_BYTES];
     if (plen > MSG_MAX_BYTES - sizeof(struct msg_hdr)) {
@@ -193,12 +202,24 @@ int sock_send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t ple
         return -1;
     }
     size_t n = msg_encode(buf, type, seq, p, plen);
-    return sock_send(fd, buf, n, fds, nfds);
+    return send_flags(fd, buf, n, fds, nfds, flags);
+}
+
+int sock_send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
+                  const int *fds, unsigned nfds)
+{
+    return send_msg(fd, type, seq, p, plen, fds, nfds, 0);
+}
+
+int sock_reply_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
+                   const int *fds, unsigned nfds)
+{
+    return send_msg(fd, type, seq, p, plen, fds, nfds, MSG_DONTWAIT);
 }
 
 int sock_send_error(int fd, uint32_t seq, int code, const char *text)
 {
     struct msg_error e = {.code = code};
     snprintf(e.text, sizeof e.text, "%s", text ? text : "");
-    return sock_send_msg(fd, MSG_ERROR, seq, &e, sizeof e, NULL, 0);
+    return sock_reply_msg(fd, MSG_ERROR, seq, &e, sizeof e, NULL, 0);
 }

@@ -29,7 +29,11 @@ int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 /* Send a message of `type` (proto.h) with payload p. 0 or -1. */
 int sock_send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
                   const int *fds, unsigned nfds);
-/* Send MSG_ERROR with code and text. */
+/* The same without waiting: a peer that does not read its socket loses
+ * the reply (-1, EAGAIN) instead of holding up the sender. */
+int sock_reply_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
+                   const int *fds, unsigned nfds);
+/* Send MSG_ERROR with code and text (without waiting). */
 int sock_send_error(int fd, uint32_t seq, int code, const char *text);
 
 #endif
