@@ -2,6 +2,7 @@
  * size classes, alignment, data paths, disjointness, accounting, multi-node
  * pools, multi-section blocks and their undo, and contention control. */
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,11 +107,14 @@ Test(alloc, size_rounding)
         {131073, 262144},   {(2u << 20) - 1, 2u << 20},              {(2u << 20) + 1, 4u << 20},
         {(size_t)1 << 40, (size_t)1 << 40},     {((size_t)1 << 40) + 1, (size_t)1 << 41},
         {(size_t)1 << 62, (size_t)1 << 62},
+        {(size_t)1 << 63, (size_t)1 << 63},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         cr_assert_eq(fmem_size_round(cases[i].in), cases[i].out, "round(%zu) = %zu", cases[i].in,
                      fmem_size_round(cases[i].in));
     cr_assert_eq(fmem_size_round(0), 0);
+    cr_assert_eq(fmem_size_round(((size_t)1 << 62) + 1), (size_t)1 << 63);
+    cr_assert_eq(fmem_size_round((size_t)1 << 63), (size_t)1 << 63);
     cr_assert_eq(fmem_size_round(((size_t)1 << 63) + 1), 0, "no block that large");
     cr_assert_eq(fmem_size_round(((size_t)1 << 63) + 4096), 0);
     cr_assert_eq(fmem_size_round(SIZE_MAX), 0);
@@ -282,10 +286,21 @@ static void churn(const char *uri, uint64_t pool_bytes, int ops, uint64_t seed)
     fmem_close(p);
 }
 
-Test(churn, mixed_sizes_never_overlap_and_add_up_no_log)
+Test(churn, mixed_sizes_never_overlap_and_add_up)
 {
-    /* the same churn with redo logging off: the bitmap protocol alone */
-    churn("mem:?size=64M&log=0", UINT64_C(64) << 20, 4000, 1);
+    churn("mem:?size=64M", UINT64_C(64) << 20, 4000, 1);
+}
+
+Test(churn, mixed_sizes_on_a_small_pool)
+{
+    /* 8 MiB: ENOMEM, fragmentation and span release all the time */
+    churn("mem:?size=8M", UINT64_C(8) << 20, 4000, 2);
+}
+
+Test(churn, mixed_sizes_without_the_redo_log)
+{
+    /* log=0, one thread (several threads: test_known_bugs.c) */
+    churn("mem:?size=64M&log=0", UINT64_C(64) << 20, 4000, 3);
 }
 
 /* ---- accounting --------------------------------------------------------- */
@@ -893,7 +908,7 @@ static void *light_worker(void *arg)
 
 Test(contention, retries_stay_small_under_light_contention)
 {
-    fmem_pool *p = open_pool("mem:?size=4M&log=0");
+    fmem_pool *p = open_pool("mem:?size=4M");
     pthread_t t[2];
     struct light_arg args[2] = {{p, 0}, {p, 0}};
     for (int i = 0; i < 2; i++)
@@ -1071,4 +1086,143 @@ Test(stale_cache, release_frees_the_span_if_the_cache_says_free)
 Test(stale_cache, release_frees_the_span_if_the_cache_says_full)
 {
     release_with_poisoned_cache(0xFFFFFFFFu);
+}
+
+Test(contention, hot_section_is_avoided_after_a_give_up)
+{
+    fmem_pool *p = open_pool("mem:?size=8M");
+    struct node *n = p->nodes[0];
+    fmem_handle first = must_alloc(p, FMEM_SPAN_SIZE);
+    uint64_t hot = first.addr >> 21;
+    interfere_with(n, sec_hdr_off(n, hot), RETRY_HIGH + 1);
+    fmem_handle second = must_alloc(p, FMEM_SPAN_SIZE);
+    n->tp->ops = interfere.orig;
+    cr_assert_eq(interfere.left, 0, "the hot section was not tried");
+    cr_assert_neq(second.addr >> 21, hot);
+    uint64_t sh;
+    cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, hot), &sh, 8), 0);
+    cr_assert_eq(h_retry(sh), 2, "a give-up must leave retry level 2, found %u", h_retry(sh));
+    fmem_handle third = must_alloc(p, FMEM_SPAN_SIZE);
+    cr_assert_neq(third.addr >> 21, hot,
+                  "section %llu just lost %d CASes in a row and is used first again",
+                  (unsigned long long)hot, RETRY_HIGH + 1);
+    /* only when nothing else is left is it used, and a calm commit there
+     * clears the mark */
+    fmem_handle rest[64];
+    int nrest = 0;
+    fmem_handle h;
+    while (nrest < 64 && fmem_alloc(p, FMEM_SPAN_SIZE, &h) == 0)
+        rest[nrest++] = h;
+    cr_assert_eq(nrest, 64 - 3, "the hot section's spans were never used");
+    cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, hot), &sh, 8), 0);
+    cr_assert_lt(h_retry(sh), 2);
+    while (nrest > 0)
+        must_free(p, &rest[--nrest]);
+    must_free(p, &third);
+    must_free(p, &second);
+    must_free(p, &first);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
+/* Other threads of a client store headers into the shared cache late (each
+ * failed CAS and each refresh stores what it read, possibly after a newer
+ * value): the release of a span must not take its starting point from the
+ * cache. A thread stores a stale section header continuously while spans
+ * are claimed and released. */
+static struct {
+    struct node *n;
+    atomic_int stop;
+} stale;
+
+static void *stale_cache_writer(void *arg)
+{
+    (void)arg;
+    while (!atomic_load_explicit(&stale.stop, memory_order_relaxed))
+        cache_put(stale.n->sec_cache, 0, 0); /* the header as it was at format */
+    return NULL;
+}
+
+Test(stale_cache, release_under_a_concurrently_stale_cache, .timeout = 30)
+{
+    fmem_pool *p = open_pool("mem:?size=2M");
+    stale.n = p->nodes[0];
+    atomic_store(&stale.stop, 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, stale_cache_writer, NULL), 0);
+    int leaked_round = -1, rounds = 0, rc = 0;
+    unsigned leaked_state = 0;
+    double end = now_seconds() + 1.0;
+    for (; leaked_round < 0 && now_seconds() < end; rounds++) {
+        fmem_handle h;
+        if ((rc = fmem_alloc(p, 4096, &h)) != 0)
+            break;
+        uint64_t s = span_of(&h);
+        if ((rc = fmem_free(p, &h)) != 0)
+            break;
+        chunk_release_empty(stale.n, 16);
+        uint64_t sh;
+        tp_read(stale.n->tp, sec_hdr_off(stale.n, 0), &sh, 8);
+        if (sec_state(sh, (unsigned)s) != SPAN_FREE) {
+            leaked_round = rounds;
+            leaked_state = sec_state(sh, (unsigned)s);
+        }
+    }
+    atomic_store(&stale.stop, 1);
+    pthread_join(t, NULL);
+    cr_log_info("%d claim/release rounds", rounds);
+    cr_assert_eq(rc, 0, "%s", fmem_strerror(rc));
+    cr_assert_eq(leaked_round, -1, "round %d: a released span was left in state %u", leaked_round,
+                 leaked_state);
+    cr_assert_gt(rounds, 100);
+    fmem_handle all = must_alloc(p, 2u << 20);
+    must_free(p, &all);
+    fmem_close(p);
+}
+
+/* A free's entry that is written late (here: the crash-point hook allocates
+ * the same chunk between the free's header commit and its log flush) must
+ * not overwrite the newer allocation's entry. */
+static struct {
+    fmem_pool *p;
+    enum crash_point at;
+    size_t size;
+    fmem_handle block;
+    int rc;
+} between;
+
+static void alloc_in_between(enum crash_point cp)
+{
+    if (cp != between.at)
+        return;
+    fmem_crash_hook = NULL; /* once, and not inside the nested call */
+    between.rc = fmem_alloc(between.p, between.size, &between.block);
+}
+
+static void late_free_entry(const char *uri, size_t size, enum crash_point at)
+{
+    fmem_pool *p = open_pool(uri);
+    fmem_handle old = must_alloc(p, size);
+    between.p = p;
+    between.at = at;
+    between.size = size;
+    between.rc = 1;
+    fmem_crash_hook = alloc_in_between;
+    int rc = fmem_free(p, &old);
+    fmem_crash_hook = NULL;
+    cr_assert_eq(rc, 0, "free: %s", fmem_strerror(rc));
+    cr_assert_eq(between.rc, 0, "allocation in between: %d", between.rc);
+    cr_assert_eq(between.block.addr, old.addr, "the block in between went elsewhere");
+    expect_usable(p, &between.block, uri);
+    fmem_close(p);
+}
+
+Test(redolog, chunk_block_allocated_before_the_free_is_logged)
+{
+    late_free_entry("mem:?size=2M", 4096, CP_CHUNK_FREE_COMMIT);
+}
+
+Test(redolog, span_block_allocated_before_the_free_is_logged)
+{
+    late_free_entry("mem:?size=2M", 128 << 10, CP_SPAN_FREE_COMMIT);
 }

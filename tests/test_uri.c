@@ -65,6 +65,18 @@ Test(uri_size, junk_and_overflow_rejected)
     size_rejected("18446744073709551616"); /* 2^64 */
     size_rejected("99999999999999999999999999");
     size_rejected("17179869184G");
+    /* leading white space or sign, and unit junk */
+    size_rejected(" 1G");
+    size_rejected("\t64M");
+    size_rejected(" -1");
+    size_rejected(" +1");
+    size_rejected("64i");
+    size_rejected("5iB");
+    size_rejected("64KBB");
+    size_rejected("64KiBB");
+    size_rejected("7B");
+    size_rejected("7iB");
+    size_rejected("1Gi");
     cr_assert(!uri_parse_size(NULL, &(uint64_t){0}));
 }
 
