@@ -165,6 +165,7 @@ struct thread_result {
     uint64_t retries_max;     /* measured phase */
     uint64_t retries_max_all; /* setup included (to compare with pool stats) */
     int first_error;
+    char first_error_what[80]; /* the call that failed */
     uint64_t t_end;
 };
 

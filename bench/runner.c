@@ -105,9 +105,9 @@ static void aggregate(const struct worker *ws, unsigned n, uint64_t t0, struct h
         if (r->t_end > t_end)
             t_end = r->t_end;
         if (r->errors && r->first_error)
-            fprintf(stderr, "fmem-bench: %s/%s/%u: thread %u: %llu errors, first: %s\n",
+            fprintf(stderr, "fmem-bench: %s/%s/%u: thread %u: %llu errors, first: %s: %s\n",
                     out->alloc, out->workload, n, i, (unsigned long long)r->errors,
-                    r->first_error == BENCH_EABORT ? "aborted" : fmem_strerror(r->first_error));
+                    r->first_error_what, fmem_strerror(r->first_error));
     }
     double calls = (double)lat->count;
     out->elapsed_s = (double)(t_end - t0) / 1e9;

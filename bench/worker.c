@@ -1,13 +1,18 @@
 /* worker.c - a worker thread's calls into the allocator, timed and
  * accounted, and its set of live blocks. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "bench.h"
 
-static void note_error(struct worker *w, int rc)
+static void note_error(struct worker *w, int rc, const char *op, uint64_t size, uint64_t addr)
 {
-    if (!w->r.errors++)
-        w->r.first_error = rc;
+    if (w->r.errors++)
+        return;
+    w->r.first_error = rc;
+    snprintf(w->r.first_error_what, sizeof w->r.first_error_what,
+             "%s of %llu bytes at %#llx (%s phase)", op, (unsigned long long)size,
+             (unsigned long long)addr, w->measuring ? "measured" : "setup");
 }
 
 int w_alloc(struct worker *w, size_t size, fmem_handle *out)
@@ -25,7 +30,7 @@ int w_alloc(struct worker *w, size_t size, fmem_handle *out)
         return rc;
     }
     if (rc && rc != FMEM_ENOMEM)
-        note_error(w, rc);
+        note_error(w, rc, "alloc", size, 0);
     if (!w->measuring)
         return rc;
     hist_add(r->lat, dt);
@@ -52,7 +57,7 @@ int w_free(struct worker *w, const fmem_handle *h)
     int rc = a->free(w->sh->self, h, &c);
     uint64_t dt = bench_now_ns() - t0;
     if (rc)
-        note_error(w, rc);
+        note_error(w, rc, "free", h->length, h->addr);
     if (w->measuring) {
         w->r.free_calls++;
         w->r.free_ns += dt;
