@@ -1,0 +1,93 @@
+"""fmem.Region from Python: the buffer protocol over paged far memory."""
+import os
+
+import numpy as np
+import pytest
+
+import fmem
+from conftest import make_region
+
+MiB = 1 << 20
+
+
+def test_region_is_a_writable_buffer_larger_than_its_cache(pool):
+    r = make_region(16 * MiB, cache=2 * MiB, pool=pool)
+    assert len(r) == r.size == 16 * MiB and r.unit == 16384
+    m = memoryview(r)
+    assert not m.readonly and m.nbytes == r.size
+    data = os.urandom(MiB)
+    for off in range(0, r.size, MiB):
+        m[off:off + MiB] = data
+    for off in range(0, r.size, MiB):
+        assert m[off:off + MiB] == data
+    st = r.stats()
+    assert st["cache_bytes"] == 2 * MiB
+    assert st["cached_bytes"] <= 2 * MiB and st["evictions"] > 0
+    assert st["writebacks"] > 0 and st["bytes_fetched"] > 0
+    assert st["remote_bytes"] == 16 * MiB
+    assert r.contains(m[100:200]) and r.contains(r.address) and not r.contains(np.ones(3))
+    m.release()
+    r.close()
+
+
+def test_cache_arguments(pool):
+    assert make_region(8 * MiB, 0.5, pool=pool).stats()["cache_bytes"] == 4 * MiB
+    assert make_region(8 * MiB, MiB, pool=pool).stats()["cache_bytes"] == MiB
+    assert make_region(2 * MiB, pool=pool).stats()["cache_bytes"] == 2 * MiB  # None: <= size
+    small = make_region(8 * MiB, 4096, pool=pool, fetch_unit=4096, prefetch=0)
+    assert small.unit == 4096 and small.stats()["cache_bytes"] == 16 * 4096  # 16 units min
+
+
+def test_release_and_flush(pool):
+    r = make_region(4 * MiB, cache=MiB, pool=pool)
+    m = memoryview(r)
+    m[:] = b"\x07" * r.size
+    r.flush()
+    assert r.stats()["remote_bytes"] == 4 * MiB
+    r.release(0, 2 * MiB)
+    assert r.stats()["remote_bytes"] == 2 * MiB
+    assert m[0] == 0 and m[2 * MiB] == 7
+    with pytest.raises(fmem.InvalidArgumentError):
+        r.release(1, 4096)
+    with pytest.raises(fmem.RangeError):
+        r.release(0, 8 * MiB)
+    with pytest.raises(fmem.SizeError):
+        r.release(-4096, 4096)
+    m.release()
+    r.close()
+
+
+def test_close_rules(pool):
+    r = make_region(MiB, pool=pool)
+    m = memoryview(r)
+    with pytest.raises(fmem.BufferInUseError):
+        r.close()
+    with pytest.raises(BufferError):
+        with r:
+            pass
+    m.release()
+    with r:
+        pass
+    assert r.closed and repr(r) == "<fmem.Region closed>"
+    r.close()
+    for op in (lambda: memoryview(r), lambda: len(r), r.flush, r.stats, lambda: r.address,
+               lambda: r.release(0, 4096)):
+        with pytest.raises(fmem.ClosedError):
+            op()
+
+
+def test_region_keeps_its_pool_open():
+    p = fmem.open("mem:?size=64M")
+    r = make_region(8 * MiB, pool=p)
+    p.close()
+    assert "closing" in repr(p) and r.pool is p
+    memoryview(r)[:4] = b"abcd"
+    assert bytes(memoryview(r)[:4]) == b"abcd"
+    r.close()
+    assert "closing" not in repr(p)
+
+
+def test_default_pool_backs_regions():
+    r = make_region(MiB)
+    assert r.pool is fmem.default_pool()
+    r.close()

@@ -1,0 +1,86 @@
+"""fmem.connect(): a memory node and an allocation service of this build
+(tools/fmem-mnode, tools/fmemd) started for the test."""
+import os
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import fmem
+
+BUILD = os.environ.get("FMEM_BUILDDIR", "")
+
+
+def wait_for(path, proc, seconds=10.0):
+    end = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() > end:
+            pytest.fail(f"{proc.args[0]} did not start: {proc.stderr.read().decode()}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    mnode_bin = os.path.join(BUILD, "tools", "fmem-mnode")
+    fmemd_bin = os.path.join(BUILD, "tools", "fmemd")
+    if not (os.access(mnode_bin, os.X_OK) and os.access(fmemd_bin, os.X_OK)):
+        pytest.skip("tools/fmem-mnode and tools/fmemd are not built")
+    d = tmp_path_factory.mktemp("svc")
+    pool_uri = f"shm:/fmem-pytest-svc-{os.getpid()}?size=64M"
+    msock, dsock = str(d / "mnode.sock"), str(d / "fmemd.sock")
+    procs = []
+    try:
+        procs.append(subprocess.Popen([mnode_bin, "--pool", pool_uri, "--socket", msock],
+                                      stderr=subprocess.PIPE))
+        wait_for(msock, procs[0])
+        procs.append(subprocess.Popen([fmemd_bin, "--mnode", msock, "--socket", dsock,
+                                       "--workers", "1"], stderr=subprocess.PIPE))
+        wait_for(dsock, procs[1])
+        yield "unix:" + dsock
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        try:
+            fmem.unlink(pool_uri)
+        except fmem.Error:
+            pass
+
+
+def test_connect_alloc_and_buffers(service):
+    with fmem.connect(service) as client:
+        assert isinstance(client, fmem.Client) and isinstance(client, fmem.Pool)
+        with client.alloc(10_000) as b:
+            m = memoryview(b)
+            m[:5] = b"hello"
+            a = np.frombuffer(b, dtype=np.uint8)
+            assert bytes(a[:5]) == b"hello" and b.read(0, 5) == b"hello"
+            del a
+            m.release()
+        s = client.stats()
+        assert s["allocs"] >= 1 and s["frees"] >= 1 and s["capacity_bytes"] == 64 << 20
+
+
+def test_service_numpy_heap(service):
+    client = fmem.connect(service)
+    with fmem.numpy_arrays(client):
+        a = np.arange(500_000)
+    assert client.owns(a) and a.sum() == 500_000 * 499_999 // 2
+    del a
+    client.close()
+
+
+def test_service_errors(service):
+    client = fmem.connect(service)
+    b = client.alloc(4096)
+    b.free()
+    with pytest.raises(fmem.DoubleFreeError):
+        b.free()
+    with pytest.raises(fmem.SizeError):
+        client.alloc(1 << 40)
+    client.close()
