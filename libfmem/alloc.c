@@ -53,12 +53,14 @@ static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, 
         {.kind = TP_READ, .off = cap_off(n, chunk), .buf = &cap, .len = 8},
         {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
     };
-    int rc = tp_batch(n->tp, ops, 2);
+    int rc = tp_batch(n->tp, ops, n->log_none ? 1 : 2);
     if (rc)
         return rc;
     *capv = cap;
     if (cap_main(cap) != rkey)
         return FMEM_EACCES;
+    if (n->log_none)
+        return 0;
     if (!log_valid(e) || !log_alloc(e) || log_log2(e) != log2c ||
         log_layer(e) != layer_of(log2c))
         return FMEM_EBADHANDLE;

@@ -75,7 +75,7 @@ static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t siz
     if (rc)
         return rc;
     struct node *n;
-    rc = node_open(tp, created, u->user, u->log, &n);
+    rc = node_open(tp, created, u->user, &n);
     if (rc) {
         tp_close(tp);
         return rc;
@@ -297,4 +297,11 @@ static int emb_stats(fmem_pool *p, fmem_stats_t *st)
     for (int i = 0; i < FMEM_SIZE_CLASSES; i++)
         st->size_class_allocs[i] = atomic_load(&p->size_class[i]);
     return 0;
+}
+
+void pool_disable_logging(fmem_pool *p)
+{
+    for (unsigned i = 0; i < p->nnodes; i++) {
+        p->nodes[i]->log_none = true;
+    }
 }

@@ -162,8 +162,7 @@ uint64_t node_allocated_bytes(struct node *n)
     return chunks << CHUNK_SHIFT;
 }
 
-int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
-              struct node **out)
+int node_open(struct transport *tp, bool created, unsigned uid, struct node **out)
 {
     struct geometry g;
     if (created) {
@@ -199,7 +198,6 @@ int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
         return FMEM_ENOMEM;
     n->tp = tp;
     n->g = g;
-    n->log_flush = log_flush;
     atomic_init(&n->rng, seed64());
     n->sec_cache = calloc(g.nsections, 8);
     n->span_cache = calloc(g.nspans, 8);

@@ -23,7 +23,8 @@ struct node {
     struct geometry g;
     unsigned index;   /* position in the pool's node list */
     unsigned uid;     /* user id this client logs under */
-    bool log_flush;   /* flush temporary redo logs (on by default) */
+    bool log_none;    /* benchmarks only: no log entries at all, and so no
+                       * size check of handles (never set from a URI) */
     bool owns_uid;    /* release the user slot on close */
     bool remote_regen; /* a memory node refills backup keys (service mode) */
     /* this client's caches of the section and span headers; refreshed only
@@ -45,8 +46,7 @@ static inline uint64_t log_off(const struct node *n, uint64_t c) { return n->g.l
 static inline uint64_t data_off(const struct node *n, uint64_t c) { return n->g.data_off + (c << CHUNK_SHIFT); }
 
 /* node.c */
-int node_open(struct transport *tp, bool created, unsigned uid, bool log_flush,
-              struct node **out);
+int node_open(struct transport *tp, bool created, unsigned uid, struct node **out);
 void node_close(struct node *n);
 /* Free user slot `uid` (after its recovery). */
 void node_clear_uid(struct node *n, unsigned uid);
@@ -73,9 +73,7 @@ int node_check_access(struct node *n, uint64_t chunk, unsigned log2_chunks, uint
  * or section `x` (section header) into the full log. */
 void log_flush_span(struct node *n, uint64_t s, uint64_t h);
 void log_flush_section(struct node *n, uint64_t x, uint64_t h);
-/* After this client's own commit of header value h: flush its log (with
- * log=0: write the entry plainly, so block sizes stay checkable, but without
- * the stale-flush protection that crash consistency needs). */
+/* After this client's own commit of header value h: flush its log. */
 void log_commit_span(struct node *n, uint64_t s, uint64_t h);
 void log_commit_section(struct node *n, uint64_t x, uint64_t h);
 /* Whether the temporary log in a span / section header value records an

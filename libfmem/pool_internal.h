@@ -31,6 +31,10 @@ struct fmem_pool {
 };
 
 int embedded_open(const char *uri, fmem_pool **out);
+/* Benchmarks only: write no redo-log entries at all on any node (the
+ * baseline that measures what logging costs). Handles are then checked by
+ * key alone. */
+void pool_disable_logging(fmem_pool *p);
 int pool_resolve(fmem_pool *p, const fmem_handle *h, struct node **n, uint64_t *chunk,
                  unsigned *log2c);
 

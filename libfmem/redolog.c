@@ -135,7 +135,7 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
 
 void log_flush_span(struct node *n, uint64_t s, uint64_t h)
 {
-    if (!n->log_flush)
+    if (n->log_none)
         return;
     if (atomic_load_explicit(&n->span_flushed[s], memory_order_relaxed) == h)
         return;
@@ -147,7 +147,7 @@ void log_flush_span(struct node *n, uint64_t s, uint64_t h)
 
 void log_flush_section(struct node *n, uint64_t x, uint64_t h)
 {
-    if (!n->log_flush)
+    if (n->log_none)
         return;
     if (atomic_load_explicit(&n->sec_flushed[x], memory_order_relaxed) == h)
         return;
@@ -157,32 +157,17 @@ void log_flush_section(struct node *n, uint64_t x, uint64_t h)
     atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }
 
-static void write_plain(struct node *n, const struct tlog *t)
-{
-    uint64_t e = log_make(t->alloc, t->layer, t->log2_chunks, t->ts, t->uid);
-    tp_write(n->tp, log_off(n, t->chunk), &e, 8);
-}
-
+/* After the own commit: the same flush (benchmarks can turn logging off). */
 void log_commit_span(struct node *n, uint64_t s, uint64_t h)
 {
-    if (n->log_flush) {
+    if (!n->log_none)
         log_flush_span(n, s, h);
-        return;
-    }
-    struct tlog t = span_tlog(s, h);
-    if (t.valid)
-        write_plain(n, &t);
 }
 
 void log_commit_section(struct node *n, uint64_t x, uint64_t h)
 {
-    if (n->log_flush) {
+    if (!n->log_none)
         log_flush_section(n, x, h);
-        return;
-    }
-    struct tlog t = sec_tlog(x, h);
-    if (t.valid)
-        write_plain(n, &t);
 }
 
 bool log_span_prev_alloc(uint64_t h) { return span_log_alloc(h); }

@@ -40,11 +40,17 @@ static int shm_batch(struct transport *t, struct tp_op *ops, size_t n)
         struct tp_op *op = &ops[i];
         switch (op->kind) {
         case TP_READ:
-            if (op->len == 8 && !(op->off & 7))
-                *(uint64_t *)op->buf = __atomic_load_n((uint64_t *)(base + op->off),
-                                                       __ATOMIC_ACQUIRE);
-            else
+            if (!(op->off & 7) && !(op->len & 7) && !((uintptr_t)op->buf & 7)) {
+                /* word by word: other clients CAS these words meanwhile (a
+                 * NIC reads them the same way: each word whole, the block
+                 * not atomically) */
+                const uint64_t *src = (const uint64_t *)(base + op->off);
+                uint64_t *dst = op->buf;
+                for (size_t w = 0; w < op->len / 8; w++)
+                    dst[w] = __atomic_load_n(&src[w], __ATOMIC_ACQUIRE);
+            } else {
                 memcpy(op->buf, base + op->off, op->len);
+            }
             break;
         case TP_WRITE:
             if (op->len == 8 && !(op->off & 7))

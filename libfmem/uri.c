@@ -80,13 +80,10 @@ static int parse_query(char *q, struct node_uri *u)
             if (!*v || strlen(v) >= sizeof u->src)
                 return FMEM_EURI;
             strcpy(u->src, v);
-        } else if (!strcmp(k, "create") || !strcmp(k, "log")) {
+        } else if (!strcmp(k, "create")) {
             if (strcmp(v, "0") && strcmp(v, "1"))
                 return FMEM_EURI;
-            if (k[0] == 'c')
-                u->create = v[0] == '1';
-            else
-                u->log = v[0] == '1';
+            u->create = v[0] == '1';
         } else {
             return FMEM_EURI;
         }
@@ -99,7 +96,6 @@ static int parse_one(char *s, struct node_uri *u)
     memset(u, 0, sizeof *u);
     u->nodes = 1;
     u->create = true;
-    u->log = true;
     char *q = strchr(s, '?');
     if (q)
         *q++ = 0;

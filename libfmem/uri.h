@@ -18,7 +18,6 @@ struct node_uri {
     uint64_t rtt_ns;
     unsigned user;       /* 0: claim one */
     bool create;
-    bool log;
 };
 
 #define URI_MAX_NODES 64

@@ -297,12 +297,6 @@ Test(churn, mixed_sizes_on_a_small_pool)
     churn("mem:?size=8M", UINT64_C(8) << 20, 4000, 2);
 }
 
-Test(churn, mixed_sizes_without_the_redo_log)
-{
-    /* log=0, one thread (several threads: test_known_bugs.c) */
-    churn("mem:?size=64M&log=0", UINT64_C(64) << 20, 4000, 3);
-}
-
 /* ---- accounting --------------------------------------------------------- */
 
 Test(stats, counters_and_size_classes)

@@ -97,7 +97,6 @@ Test(uri, bare_mem_has_defaults)
     cr_assert_eq(us[0].rtt_ns, 0);
     cr_assert_eq(us[0].user, 0);
     cr_assert(us[0].create);
-    cr_assert(us[0].log);
 }
 
 Test(uri, mem_with_query)
@@ -118,17 +117,15 @@ Test(uri, mem_with_query)
 
 Test(uri, every_key)
 {
-    cr_assert_eq(parse("mem:?size=2G&nodes=2&rtt_ns=5&user=16383&create=0&log=0"), 1);
+    cr_assert_eq(parse("mem:?size=2G&nodes=2&rtt_ns=5&user=16383&create=0"), 1);
     cr_assert_eq(us[0].size, UINT64_C(2) << 30);
     cr_assert_eq(us[0].nodes, 2);
     cr_assert_eq(us[0].rtt_ns, 5);
     cr_assert_eq(us[0].user, 16383);
     cr_assert(!us[0].create);
-    cr_assert(!us[0].log);
-    cr_assert_eq(parse("mem:?user=1&create=1&log=1"), 1);
+    cr_assert_eq(parse("mem:?user=1&create=1"), 1);
     cr_assert_eq(us[0].user, 1);
     cr_assert(us[0].create);
-    cr_assert(us[0].log);
 }
 
 Test(uri, size_suffixes_in_uris)
@@ -253,6 +250,7 @@ Test(uri_bad, bad_numbers)
     rejected("mem:?create=2");
     rejected("mem:?create=yes");
     rejected("mem:?create=");
+    rejected("mem:?log=0"); /* the redo log cannot be turned off */
     rejected("mem:?log=2");
     rejected("mem:?log=true");
 }
@@ -376,7 +374,7 @@ Test(uri_open, absent_pool_without_create)
 Test(uri_open, good_uris_open)
 {
     const char *good[] = {"mem:?size=2M", "mem:?size=4M&nodes=3&rtt_ns=0", "mem:?size=2MiB;mem:?size=4M",
-                          "mem:?size=2M&log=0", "mem:?size=2M&user=5"};
+                          "mem:?size=2M&create=1", "mem:?size=2M&user=5"};
     const uint32_t nodes[] = {1, 3, 2, 1, 1};
     const uint64_t cap[] = {2u << 20, 12u << 20, 6u << 20, 2u << 20, 2u << 20};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {

@@ -95,8 +95,7 @@ typedef struct fmem_stats_t {
  * Query parameters: size= (K/M/G suffix, rounded up to 2 MiB sections),
  * nodes=N (that many memory nodes, for mem:), rtt_ns=N (injected round-trip
  * delay per operation), user=N (user id, default: claimed from the pool),
- * create=0|1 (shm/file: fail if absent / create if absent, default 1),
- * log=0|1 (flush temporary redo logs, default 1).
+ * create=0|1 (shm/file: fail if absent / create if absent, default 1).
  * Several URIs separated by ';' open several memory nodes as one pool. */
 #define FMEM_DEFAULT_SIZE ((uint64_t)1 << 30)
 FMEM_API int fmem_open(const char *uri, fmem_pool **out);

@@ -58,7 +58,7 @@ static int register_node(struct fmemd *d, unsigned i, bool resume)
             return rc;
         }
         struct node *nd;
-        rc = node_open(tp, false, m.u.svc_welcome.uid, true, &nd);
+        rc = node_open(tp, false, m.u.svc_welcome.uid, &nd);
         if (rc) {
             tp_close(tp);
             close(fd);
