@@ -25,8 +25,11 @@
 
 int fmem_bench_ipc(int argc, char **argv);
 
-/* latency histogram: 10 ns buckets to 200 us, then one overflow bucket */
-#define HB 20000
+/* latency histogram: 10 ns buckets below 100 us, 1 us buckets to 100 ms,
+ * then one overflow bucket */
+#define FINE 10000
+#define COARSE 100000
+#define HB (FINE + COARSE)
 struct lat {
     uint64_t n, sum, b[HB + 1];
 };
@@ -35,7 +38,8 @@ static void lat_add(struct lat *l, uint64_t ns)
 {
     l->n++;
     l->sum += ns;
-    l->b[ns / 10 < HB ? ns / 10 : HB]++;
+    uint64_t i = ns < FINE * 10 ? ns / 10 : FINE + (ns - FINE * 10) / 1000;
+    l->b[i < HB ? i : HB]++;
 }
 
 static void lat_merge(struct lat *a, const struct lat *b)
@@ -52,9 +56,9 @@ static double lat_q(const struct lat *l, double q)
     for (int i = 0; i <= HB; i++) {
         seen += l->b[i];
         if (seen > want)
-            return i * 10.0 + 5;
+            return i < FINE ? i * 10.0 + 5 : FINE * 10.0 + (i - FINE) * 1000.0 + 500;
     }
-    return HB * 10.0;
+    return FINE * 10.0 + COARSE * 1000.0;
 }
 
 enum what { PING, ALLOC_FREE };
