@@ -142,6 +142,14 @@ out:
     free(span);
 }
 
+void node_forget_flushed(struct node *n)
+{
+    for (uint64_t i = 0; i < n->g.nsections; i++)
+        atomic_store_explicit(&n->sec_flushed[i], 0, memory_order_relaxed);
+    for (uint64_t i = 0; i < n->g.nspans; i++)
+        atomic_store_explicit(&n->span_flushed[i], 0, memory_order_relaxed);
+}
+
 /* Bytes allocated by all users: span blocks from the section headers,
  * chunks from the free maps of attached spans. */
 uint64_t node_allocated_bytes(struct node *n)

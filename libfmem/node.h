@@ -56,6 +56,9 @@ int node_claim_uid_for(struct node *n, uint32_t pid, unsigned *uid);
 uint32_t node_uid_pid(struct node *n, unsigned uid);
 uint32_t node_new_key(struct node *n);
 void node_refresh_all(struct node *n);
+/* Forget which header values this client saw flushed (recovery and the
+ * verifier must flush whatever is pending, even a value that recurs). */
+void node_forget_flushed(struct node *n);
 uint64_t node_allocated_bytes(struct node *n);
 
 /* alloc.c: the two-layer protocol. A block is (first chunk, log2 chunks). */

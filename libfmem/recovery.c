@@ -22,6 +22,7 @@ static uint64_t now_ns(void)
 
 static void flush_all(struct node *n, unsigned uid, fmem_recovery_stats *st)
 {
+    node_forget_flushed(n);
     node_refresh_all(n);
     for (uint64_t x = 0; x < n->g.nsections; x++) {
         log_flush_section(n, x, cache_get(n->sec_cache, x));

@@ -157,17 +157,28 @@ void log_flush_section(struct node *n, uint64_t x, uint64_t h)
     atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }
 
-/* After the own commit: the same flush (benchmarks can turn logging off). */
+/* After the own commit: always flush, never trusting the flushed-value
+ * cache. A header value can recur exactly (same user, block and map, the
+ * 7-bit timestamp wrapped), and skipping the own flush would leave the new
+ * operation out of the full log for good. */
 void log_commit_span(struct node *n, uint64_t s, uint64_t h)
 {
-    if (!n->log_none)
-        log_flush_span(n, s, h);
+    if (n->log_none)
+        return;
+    struct tlog t = span_tlog(s, h);
+    if (t.valid)
+        flush(n, &t, span_hdr_off(n, s), h);
+    atomic_store_explicit(&n->span_flushed[s], h, memory_order_relaxed);
 }
 
 void log_commit_section(struct node *n, uint64_t x, uint64_t h)
 {
-    if (!n->log_none)
-        log_flush_section(n, x, h);
+    if (n->log_none)
+        return;
+    struct tlog t = sec_tlog(x, h);
+    if (t.valid)
+        flush(n, &t, sec_hdr_off(n, x), h);
+    atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }
 
 bool log_span_prev_alloc(uint64_t h) { return span_log_alloc(h); }

@@ -47,6 +47,7 @@ static int verify_node(struct node *n, struct vctx *v)
         return FMEM_ENOMEM;
     }
     /* flush pending temporary logs, as any client would, then read all */
+    node_forget_flushed(n);
     node_refresh_all(n);
     for (uint64_t x = 0; x < g->nsections; x++)
         log_flush_section(n, x, cache_get(n->sec_cache, x));

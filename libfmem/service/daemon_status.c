@@ -65,8 +65,10 @@ void status_send_map(struct fmemd *d, int fd, uint32_t seq, unsigned node)
     struct dnode *dn = &d->nodes[node];
     uint64_t n = dn->n->g.nspans;
     uint8_t *states = malloc(n);
-    static _Thread_local uint8_t buf[sizeof(struct msg_map_chunk) + MSG_MAP_MAX];
-    if (!states) {
+    uint8_t *buf = malloc(sizeof(struct msg_map_chunk) + MSG_MAP_MAX);
+    if (!states || !buf) {
+        free(states);
+        free(buf);
         sock_send_error(fd, seq, FMEM_ENOMEM, "out of memory");
         return;
     }
@@ -82,5 +84,6 @@ void status_send_map(struct fmemd *d, int fd, uint32_t seq, unsigned node)
         if (sock_send_msg(fd, MSG_MAP_CHUNK, seq, buf, sizeof *mc + mc->count, NULL, 0) < 0)
             break;
     }
+    free(buf);
     free(states);
 }

@@ -348,7 +348,12 @@ static void send_map(struct mnode *m, struct conn *c, const struct msg *msg)
     }
     struct occ_report r;
     occ_scan(&m->node->g, m->node->tp->base, &r, states);
-    static _Thread_local uint8_t buf[sizeof(struct msg_map_chunk) + MSG_MAP_MAX];
+    uint8_t *buf = malloc(sizeof(struct msg_map_chunk) + MSG_MAP_MAX);
+    if (!buf) {
+        free(states);
+        sock_send_error(c->fd, msg->seq, FMEM_ENOMEM, "out of memory");
+        return;
+    }
     for (uint64_t first = 0; first < n || (n == 0 && first == 0); first += MSG_MAP_MAX) {
         struct msg_map_chunk *mc = (struct msg_map_chunk *)buf;
         mc->nspans = n;
@@ -361,6 +366,7 @@ static void send_map(struct mnode *m, struct conn *c, const struct msg *msg)
         if (n == 0)
             break;
     }
+    free(buf);
     free(states);
 }
 

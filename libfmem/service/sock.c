@@ -2,6 +2,7 @@
 #include "service/sock.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -196,13 +197,23 @@ int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid)
 static int send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
                     const int *fds, unsigned nfds, int flags)
 {
-    static _Thread_local char buf[MSG_MAX_BYTES];
     if (plen > MSG_MAX_BYTES - sizeof(struct msg_hdr)) {
         errno = EMSGSIZE;
         return -1;
     }
+    /* a heap buffer: a thread-local one this large would be added to every
+     * thread of every program linking libfmem */
+    char *buf = malloc(sizeof(struct msg_hdr) + plen);
+    if (!buf) {
+        errno = ENOMEM;
+        return -1;
+    }
     size_t n = msg_encode(buf, type, seq, p, plen);
-    return send_flags(fd, buf, n, fds, nfds, flags);
+    int rc = send_flags(fd, buf, n, fds, nfds, flags);
+    int e = errno;
+    free(buf);
+    errno = e;
+    return rc;
 }
 
 int sock_send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
