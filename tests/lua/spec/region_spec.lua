@@ -1,0 +1,100 @@
+-- Regions: a state whose heap lives in a far-memory region with a small
+-- local cache. Needs userfaultfd (root, or vm.unprivileged_userfaultfd=1):
+-- skipped without it.
+local fmem = require "fmem"
+
+local here = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "tests/lua"
+local f = assert(io.open(here .. "/gc_churn.lua", "rb"))
+local churn = f:read("a")
+f:close()
+local churn_sum = load(churn)()
+
+local pool = fmem.open("mem:?size=128M")
+local probe_ok, probe_err = pcall(fmem.region, "1M", {pool = pool})
+if probe_ok then probe_err:close() end
+
+-- the whole message (busted's error_matches trims "chunk:line:" prefixes)
+local function error_of(fn)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error")
+  return err
+end
+local function raises_like(pattern, fn) assert.matches(pattern, error_of(fn)) end
+
+local function used() return pool:stats().allocated_bytes end
+
+describe("regions", function()
+  if not probe_ok then
+    pending("no regions here: " .. tostring(probe_err))
+    return
+  end
+
+  it("take their size and cache options", function()
+    local r = pool:region("8M", {cache = "25%"})
+    local s = r:stats()
+    assert.are.equal(8 * 1024 * 1024, r:size())
+    assert.are.equal(2 * 1024 * 1024, s.cache_bytes)
+    assert.is_false(r:busy())
+    assert.matches("^fmem%.region %(8388608 bytes%)$", tostring(r))
+    r:close()
+    assert.are.equal("fmem.region (closed)", tostring(r))
+    local r2 = fmem.region(4 * 1024 * 1024, {pool = pool, cache = 1024 * 1024})
+    assert.are.equal(1024 * 1024, r2:stats().cache_bytes)
+    r2:close()
+  end)
+
+  it("hold a GC-heavy state with half of it cached", function()
+    local before = used()
+    local r = pool:region("16M", {cache = "50%"})
+    local st = fmem.newstate(r)
+    assert.is_true(r:busy())
+    assert.are.equal(churn_sum, st:dostring(churn, "=gc_churn"))
+    local s = st:stats()
+    assert.are.equal("region", s.backing)
+    assert.are.equal(0, s.hooks.spills)
+    assert.truthy(s.region.faults > 0)
+    assert.truthy(used() > before)
+    st:close()
+    assert.is_false(r:busy())
+    assert.are.equal(before, used(), "closing the state frees its region space")
+    r:close()
+    assert.are.equal(before, used())
+  end)
+
+  it("evict and fetch back when the cache is small", function()
+    -- a short run: thrashing a 1 MiB cache is slow by design
+    local r = pool:region("16M", {cache = "1M"})
+    local st = fmem.newstate(r)
+    st:dostring("CHURN_ROUNDS = 4")
+    assert.are.equal(load(churn)(4), st:dostring(churn, "=gc_churn"))
+    local s = r:stats()
+    assert.truthy(s.evictions > 0, "evictions " .. s.evictions)
+    assert.truthy(s.fetches > 0, "fetches " .. s.fetches)
+    st:close()
+    r:close()
+  end)
+
+  it("hold one state at a time and can be reused", function()
+    local r = pool:region("8M")
+    local st = fmem.newstate(r)
+    raises_like("^fmem: newstate: the region already holds a state$",
+                function() fmem.newstate(r) end)
+    st:close()
+    local st2 = fmem.newstate(r)
+    assert.are.equal(2, st2:dostring("return 1 + 1"))
+    st2:close()
+    r:close()
+    raises_like("^fmem: newstate: the region is closed$", function() fmem.newstate(r) end)
+  end)
+
+  it("outlive their close() while a state is in them", function()
+    local before = used()
+    local r = pool:region("8M")
+    local st = fmem.newstate(r)
+    r:close()
+    st:dostring("t = {} for i = 1, 1e4 do t[i] = tostring(i) end")
+    assert.are.equal(10000, st:dostring("return #t"))
+    st:close()
+    assert.are.equal(before, used())
+  end)
+end)
