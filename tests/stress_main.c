@@ -8,10 +8,6 @@
  *       -lpthread -o /tmp/stress-tsan && /tmp/stress-tsan
  *
  * (the sources of libfmem_core: Makefile.am and libfmem/service/local.am.)
- * ThreadSanitizer reports node_refresh_all()'s bulk READ of the header
- * arrays (a memcpy in the shm transport) racing with CASes on them: that is
- * the one-sided READ of the protocol, whose possibly torn values only ever
- * serve as cache hints validated by CAS (and as fmem_stats figures).
  *
  * Exit status 0 when every run passed. */
 #include <pthread.h>
