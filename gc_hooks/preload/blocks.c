@@ -215,14 +215,15 @@ void fp_block_free(void *p)
 {
     struct fp_arena *a = arena_of(p);
     int saved = errno;
+    /* inside pool code this thread holds the lock already: taking a reader
+     * lock twice could deadlock against a waiting fork */
     int outer = fp_in_pool;
     fp_in_pool = 1;
-    fp_lock_shared();
+    if (!outer)
+        fp_lock_shared();
     uint64_t e = atomic_exchange_explicit(slot_of(a, p, "free"), 0, memory_order_acq_rel);
-    if (!e) {
-        fp_unlock_shared();
+    if (!e)
         bad_pointer("free", p);
-    }
     size_t len = FMEM_CHUNK_SIZE << E_LOG2(e);
     if (e & E_PRIVATE) {
         /* keep the range reserved (see the top of this file) */
@@ -233,7 +234,8 @@ void fp_block_free(void *p)
         fmem_free(a->pool, &h);
     }
     fp_stats_sub(len);
-    fp_unlock_shared();
+    if (!outer)
+        fp_unlock_shared();
     fp_in_pool = outer;
     errno = saved;
 }
