@@ -30,7 +30,8 @@ step() {
     name=$1
     shift
     if "$@" >"$tmp/out" 2>&1; then
-        ok "$name ($(tail -n 1 "$tmp/out"))"
+        summary=$(grep -E ' passed|successes' "$tmp/out" | tail -n 1)
+        ok "$name (${summary:-$(tail -n 1 "$tmp/out")})"
     else
         bad "$name"
         sed 's/^/    /' "$tmp/out"
