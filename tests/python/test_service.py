@@ -37,7 +37,17 @@ def service(tmp_path_factory):
         procs.append(subprocess.Popen([fmemd_bin, "--mnode", msock, "--socket", dsock,
                                        "--workers", "1"], stderr=subprocess.PIPE))
         wait_for(dsock, procs[1])
-        yield "unix:" + dsock
+        uri = "unix:" + dsock
+        end = time.monotonic() + 10
+        while True:  # the socket exists before fmemd serves it
+            try:
+                fmem.connect(uri).close()
+                break
+            except fmem.TransportError:
+                if time.monotonic() > end or procs[1].poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield uri
     finally:
         for p in reversed(procs):
             p.terminate()
