@@ -35,11 +35,16 @@ struct rb_opts {
     const char *pool;
 };
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double now_s(void)
+{
+    return clock_s(CLOCK_MONOTONIC);
 }
 
 static size_t parse_bytes(const char *s)
@@ -160,28 +165,35 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
             continue;
         fmem_region_stats_t a, b;
         fmem_region_stats(r, &a);
+        /* CPU time of the whole process (scan, fault handler, writer): what
+         * the paging costs regardless of how busy the machine is */
+        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         double g = scan(mem, o->size / BLOCK, p ? order : NULL, o->seconds);
+        double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         fmem_region_stats(r, &b);
+        uint64_t faults = b.faults - a.faults;
+        double cpu_us_fault = faults ? (cpu - o->seconds * g / local[p]) * 1e6 / (double)faults : 0;
         const char *name = p ? "rand" : "seq";
         double ratio = g / local[p];
         if (o->json)
             printf("{\"workload\":\"region\",\"pattern\":\"%s\",\"cache_pct\":%d,"
                    "\"gbytes_per_s\":%.4g,\"ratio_vs_local\":%.4g,\"local_gbytes_per_s\":%.4g,"
                    "\"size\":%zu,\"fetch_unit\":%zu,\"faults\":%llu,\"fetches\":%llu,"
-                   "\"prefetches\":%llu,\"evictions\":%llu,\"writebacks\":%llu}\n",
+                   "\"prefetches\":%llu,\"evictions\":%llu,\"writebacks\":%llu,"
+                   "\"cpu_s\":%.4g,\"cpu_us_per_fault\":%.4g}\n",
                    name, pct, g, ratio, local[p], o->size, o->unit,
                    (unsigned long long)(b.faults - a.faults),
                    (unsigned long long)(b.fetches - a.fetches),
                    (unsigned long long)(b.prefetches - a.prefetches),
                    (unsigned long long)(b.evictions - a.evictions),
-                   (unsigned long long)(b.writebacks - a.writebacks));
+                   (unsigned long long)(b.writebacks - a.writebacks), cpu, cpu_us_fault);
         fprintf(o->json ? stderr : stdout,
                 "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local  (faults %llu, fetched %llu, "
-                "read ahead %llu, evicted %llu)\n",
+                "read ahead %llu, evicted %llu, %.1f us CPU/fault)\n",
                 name, pct, g, ratio, (unsigned long long)(b.faults - a.faults),
                 (unsigned long long)(b.fetches - a.fetches),
                 (unsigned long long)(b.prefetches - a.prefetches),
-                (unsigned long long)(b.evictions - a.evictions));
+                (unsigned long long)(b.evictions - a.evictions), cpu_us_fault);
     }
     return fmem_region_destroy(r);
 }

@@ -15,6 +15,7 @@
 #define MAX_REGION_BYTES ((size_t)1 << 46)
 #define CHUNK_MIN ((size_t)64 * 1024)
 #define PREFETCH_BYTES ((size_t)256 * 1024)
+#define MAX_WINDOW_BYTES ((size_t)4 << 20)
 
 static unsigned log2z(size_t v)
 {
@@ -73,7 +74,8 @@ static int init_tables(struct fmem_region *r)
     r->chunks = calloc(r->nchunks, sizeof *r->chunks);
     r->ring = malloc(r->cap * sizeof *r->ring);
     r->free_slots = malloc(r->cap * sizeof *r->free_slots);
-    r->buf = aligned_alloc(UFFD_PAGE, r->unit);
+    r->buf_units = r->prefetch > 1 ? r->prefetch : 1;
+    r->buf = aligned_alloc(UFFD_PAGE, (size_t)r->buf_units * r->unit);
     if (!r->units || !r->chunks || !r->ring || !r->free_slots || !r->buf)
         return FMEM_ENOMEM;
     for (uint32_t i = 0; i < r->cap; i++) {
@@ -170,6 +172,8 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
                                                             : (unsigned)(PREFETCH_BYTES / unit);
     if (r->prefetch > r->cap / 4)
         r->prefetch = r->cap / 4;
+    if (r->prefetch > MAX_WINDOW_BYTES / unit) /* the staging buffer */
+        r->prefetch = (unsigned)(MAX_WINDOW_BYTES / unit);
     r->seq_next = NO_UNIT;
     if ((rc = init_sync(r)) != 0) {
         free(r);

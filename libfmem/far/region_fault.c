@@ -75,13 +75,11 @@ static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
     int full = pages == full_mask(r);
     switch (un->state) {
     case UNIT_ABSENT:
-        if (r->inst.active && r->inst.unit == u) {
-            if (full)
-                r->inst.released = 1;
-            else if (r->inst.src == r->buf)
-                for (unsigned p = 0; p < r->pages_per_unit; p++)
-                    if (pages >> p & 1)
-                        memset(r->buf + (size_t)p * UFFD_PAGE, 0, UFFD_PAGE);
+        if (r->inst.active && u - r->inst.first < r->inst.n) { /* being mapped */
+            char *b = r->buf + ((size_t)(u - r->inst.first) << r->unit_shift);
+            for (unsigned p = 0; p < r->pages_per_unit; p++)
+                if (pages >> p & 1)
+                    memset(b + (size_t)p * UFFD_PAGE, 0, UFFD_PAGE);
         }
         if (full)
             remote_drop(r, u);
@@ -172,37 +170,43 @@ static void let_events_through(struct fmem_region *r)
         sched_yield();
 }
 
-/* Map unit u (ABSENT, slot taken). `remote`: read it from the pool;
- * `dirty`: the fault was a write, map it writable and dirty; `demand`: a
+/* Map the run of units [first, first+n) (ABSENT, slots taken) with one
+ * UFFDIO_COPY: units with pool data are read into the staging buffer,
+ * the others are zeros. `remote[i]`: unit first+i has pool data; `dirty`:
+ * the fault was a write, map writable and dirty (n == 1); `demand`: a
  * fault asked for it (else read-ahead). */
-static void install(struct fmem_region *r, uint32_t u, int remote, int dirty, int demand)
+static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const uint8_t *remote,
+                        int dirty, int demand)
 {
-    r->inst = (struct install_ctx){.active = 1, .unit = u, .src = region_zero_page};
-    if (remote) {
-        int rc = remote_fetch(r, u, r->buf);
-        if (rc == 0)
-            r->inst.src = r->buf;
-        else
+    r->inst = (struct install_ctx){.active = 1, .first = first, .n = n};
+    for (uint32_t i = 0; i < n; i++) {
+        char *b = r->buf + ((size_t)i << r->unit_shift);
+        if (!remote[i]) { /* never written back: zeros */
+            memset(b, 0, r->unit);
+            stat_add(&r->st.zero_fills, 1);
+            continue;
+        }
+        int rc = remote_fetch(r, first + i, b);
+        if (rc) {
             report("reading a unit from the pool", rc);
+            memset(b, 0, r->unit);
+        }
         stat_add(demand ? &r->st.fetches : &r->st.prefetches, 1);
-    } else {
-        stat_add(&r->st.zero_fills, 1);
     }
-    char *dst = unit_addr(r, u);
-    size_t done = 0;
+    char *dst = unit_addr(r, first);
+    size_t done = 0, total = (size_t)n << r->unit_shift;
     int existed = 0;
-    while (done < r->unit) {
-        const char *src = r->inst.released ? region_zero_page : r->inst.src;
-        size_t n;
-        int rc = uffd_copy(r->uffd, dst + done, src + done, r->unit - done, !dirty, 0, &n);
-        done += n;
+    while (done < total) {
+        size_t got;
+        int rc = uffd_copy(r->uffd, dst + done, r->buf + done, total - done, !dirty, 0, &got);
+        done += got;
         if (rc == 0)
             break;
         if (rc == -EEXIST) { /* a stray page, see release_unit: keep it */
             done += UFFD_PAGE;
             existed = 1;
         } else if (rc == -EAGAIN) {
-            if (n == 0)
+            if (got == 0)
                 let_events_through(r);
         } else {
             report("UFFDIO_COPY", rc);
@@ -211,24 +215,27 @@ static void install(struct fmem_region *r, uint32_t u, int remote, int dirty, in
     }
     r->inst.active = 0;
     pthread_mutex_lock(&r->lock);
-    struct region_unit *un = &r->units[u];
-    un->state = UNIT_RESIDENT;
-    un->present = full_mask(r);
-    un->zeroed = 0;
-    un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
-    if (dirty) {
-        un->flags |= UF_DIRTY | UF_REF;
-        (void)remote_ref(r, u); /* on failure the writer tries again */
+    for (uint32_t u = first; u < first + n; u++) {
+        struct region_unit *un = &r->units[u];
+        un->state = UNIT_RESIDENT;
+        un->present = full_mask(r);
+        un->zeroed = 0;
+        un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
+        if (dirty) {
+            un->flags |= UF_DIRTY | UF_REF;
+            (void)remote_ref(r, u); /* on failure the writer tries again */
+        }
     }
     if (r->nfree < r->reserve)
         region_kick_writer(r);
     pthread_mutex_unlock(&r->lock);
     if (existed)
-        uffd_wake(r->uffd, dst, r->unit);
+        uffd_wake(r->uffd, dst, total);
 }
 
 /* Sequential faults (each on the unit after the previous run) read ahead a
- * window that doubles up to r->prefetch units, into free slots only. */
+ * window that doubles up to r->prefetch units, into free slots only, as
+ * one run. */
 static void prefetch_after(struct fmem_region *r, uint32_t u)
 {
     if (u == r->seq_next)
@@ -241,20 +248,21 @@ static void prefetch_after(struct fmem_region *r, uint32_t u)
     unsigned w = r->seq_run >= 16 ? r->prefetch : 1u << r->seq_run;
     if (w > r->prefetch)
         w = r->prefetch;
-    for (unsigned i = 1; i <= w && u + i < r->nunits; i++) {
-        uint32_t v = u + i;
-        pthread_mutex_lock(&r->lock);
-        struct region_unit *vn = &r->units[v];
-        int ok = vn->state == UNIT_ABSENT && r->nfree > 1;
-        int remote = vn->flags & UF_REMOTE;
-        if (ok)
-            cache_take_slot(r, v);
-        pthread_mutex_unlock(&r->lock);
-        if (!ok)
+    uint8_t remote[w];
+    uint32_t n = 0;
+    pthread_mutex_lock(&r->lock);
+    for (; n < w && u + 1 + n < r->nunits; n++) {
+        struct region_unit *vn = &r->units[u + 1 + n];
+        if (vn->state != UNIT_ABSENT || r->nfree <= 1)
             break;
-        install(r, v, remote, 0, 0);
-        r->seq_next = v + 1;
+        remote[n] = !!(vn->flags & UF_REMOTE);
+        cache_take_slot(r, u + 1 + n);
     }
+    pthread_mutex_unlock(&r->lock);
+    if (n == 0)
+        return;
+    install_run(r, u + 1, n, remote, 0, 0);
+    r->seq_next = u + 1 + n;
 }
 
 /* Map a zero page at `page` of cached (or evicting) unit u (lock held). */
@@ -312,7 +320,8 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
             (void)remote_ref(r, u);
         cache_take_slot(r, u);
         pthread_mutex_unlock(&r->lock);
-        install(r, u, remote, write, 1);
+        uint8_t rem = (uint8_t)!!remote;
+        install_run(r, u, 1, &rem, write, 1);
         prefetch_after(r, u);
         return FAULT_DONE;
     }

@@ -70,13 +70,12 @@ struct zap {
     uintptr_t start, end;
 };
 
-/* A unit the handler is installing, so that a removal event read while it
- * waits for UFFDIO_COPY can patch the data not yet mapped. */
+/* Units the handler is installing (a run of n units from `first`, staged
+ * in r->buf), so that a removal event read while it waits for UFFDIO_COPY
+ * can zero the data not yet mapped. */
 struct install_ctx {
     int active;
-    uint32_t unit;
-    char *src;      /* data being mapped: the fetch buffer or the zero page */
-    int released;   /* fully released meanwhile: map zeros */
+    uint32_t first, n;
 };
 
 struct region_counters {
@@ -115,7 +114,8 @@ struct fmem_region {
     int space_wanted; /* the handler waits for free slots */
 
     /* handler-private */
-    char *buf;               /* fetch buffer, one unit */
+    char *buf;               /* fetch buffer, prefetch window or one unit */
+    uint32_t buf_units;
     struct install_ctx inst;
     struct fault_list deferred; /* to retry (EAGAIN) or waiting for space */
     uint32_t seq_next;          /* unit a sequential scan faults on next */
