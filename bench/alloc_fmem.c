@@ -11,9 +11,10 @@
 
 static int open_pool(const struct alloc_params *p, bool log, void **self)
 {
-    char uri[128];
-    snprintf(uri, sizeof uri, "mem:?size=%llu&rtt_ns=%llu", (unsigned long long)p->pool_bytes,
-             (unsigned long long)p->rtt_ns);
+    char uri[160];
+    snprintf(uri, sizeof uri, "mem:?size=%llu&rtt_ns=%llu&rtt_mode=%s",
+             (unsigned long long)p->pool_bytes, (unsigned long long)p->rtt_ns,
+             p->rtt_mode == TP_RTT_NIC ? "nic" : "spin");
     fmem_pool *pool;
     int rc = fmem_open(uri, &pool);
     if (rc)
@@ -68,7 +69,7 @@ static void totals(void *self, struct alloc_totals *t)
 
 const struct allocator alloc_fmem = {
     .name = "fmem",
-    .what = "fmem embedded pool (mem:?size=..&rtt_ns=..), redo log on",
+    .what = "fmem embedded pool (mem:?size=..&rtt_ns=..&rtt_mode=..), redo log on",
     .open = open_log,
     .close = close_pool,
     .alloc = alloc_block,

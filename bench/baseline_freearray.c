@@ -39,7 +39,7 @@ static int fa_open(const struct alloc_params *p, void **self)
     fa->abort = p->abort;
     struct shm_params sp = {.path = NULL, .meta_size = (fa->nchunks * 8 + 4095) & ~UINT64_C(4095),
                             .data_size = 4096,
-                            .create = 1, .rtt_ns = p->rtt_ns};
+                            .create = 1, .rtt_ns = p->rtt_ns, .rtt_mode = p->rtt_mode};
     int rc = shm_transport_open(&sp, &fa->tp, NULL); /* a memfd reads as zeros: all free */
     if (rc) {
         free(fa);

@@ -1,10 +1,26 @@
 /* baseline_rpc.c - the RPC baseline of FUSEE / FineMem's "Premmap-RPC": one
- * server thread (the memory node's weak CPU) owns the metadata, a buddy
- * allocator in its local memory; clients post requests (alloc order / free
- * chunk) to a shared-memory queue and wait for the answer in their own
- * slot. The network is modelled on the client side, half the round trip
- * before posting and half after the answer, so the server is never held by
- * the delay: what limits it is its own single core. */
+ * server (the memory node's single weak core) owns the metadata, a buddy
+ * allocator in its local memory; a client sends a request (alloc order /
+ * free chunk) and waits for the answer. A request costs one round trip plus
+ * the server's time: --rpc-service-ns of modeled CPU per request (receiving
+ * the request through the NIC, allocating, answering), one request at a
+ * time, first come first served.
+ *
+ * rtt_mode=nic (the default of fmem-bench): requests travel through the
+ * same NIC emulator as fmem's one-sided batches (transport_nic.c). The
+ * request reaches the server half a round trip after posting; the server's
+ * CPU is a modeled processor: a request starts when it has arrived and the
+ * previous one is done, and its answer leaves service_ns later and takes
+ * the other half round trip. The buddy operation itself runs on the
+ * emulator thread when the request arrives (tens of ns): on this machine a
+ * real server thread would have to be woken for every request, at a cost
+ * larger than the service time being modeled, and taken from the clients'
+ * cores.
+ *
+ * rtt_mode=spin: a real server thread serves a shared-memory queue (MPSC,
+ * per-client answer slot) and spins service_ns per request; the network is
+ * modeled on the client side, half the round trip before posting and half
+ * after the answer (tp_delay), so the server is never held by the delay. */
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -42,6 +58,9 @@ struct cell {
 
 struct rpc {
     uint64_t rtt_ns;
+    uint64_t service_ns;
+    struct nic *nic; /* rtt_mode=nic; NULL: a server thread */
+    uint64_t free_at; /* nic: when the modeled server CPU is next free (emulator only) */
     uint64_t gen; /* tells this instance's thread-local slot from a stale one */
     struct buddy b;
     struct slot *slots;
@@ -115,15 +134,23 @@ static bool dequeue(struct rpc *r, uint32_t *slot)
     return true;
 }
 
+/* The server's work on one request: the buddy operation. */
+static int execute(struct rpc *r, uint32_t op, unsigned order, uint64_t *chunk)
+{
+    if (op == REQ_ALLOC) {
+        int64_t c = buddy_alloc(&r->b, order);
+        *chunk = c < 0 ? 0 : (uint64_t)c;
+        return c < 0 ? FMEM_ENOMEM : 0;
+    }
+    return buddy_free(&r->b, *chunk, order) ? FMEM_EDOUBLEFREE : 0;
+}
+
 static void serve(struct rpc *r, struct slot *s)
 {
-    if (s->op == REQ_ALLOC) {
-        int64_t c = buddy_alloc(&r->b, s->order);
-        s->result = c < 0 ? FMEM_ENOMEM : 0;
-        s->chunk = c < 0 ? 0 : (uint64_t)c;
-    } else {
-        s->result = buddy_free(&r->b, s->chunk, s->order) ? FMEM_EDOUBLEFREE : 0;
-    }
+    uint64_t t0 = r->service_ns ? bench_now_ns() : 0;
+    s->result = execute(r, s->op, s->order, &s->chunk);
+    while (r->service_ns && bench_now_ns() - t0 < r->service_ns)
+        ; /* the modeled CPU cost: this thread is the memory node's core */
     if (atomic_exchange_explicit(&s->state, SLOT_DONE, memory_order_acq_rel) == SLOT_WAITING)
         futex_wake(&s->state);
 }
@@ -132,6 +159,38 @@ static void add_relaxed(_Atomic uint64_t *a, uint64_t v)
 {
     atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
                           memory_order_relaxed);
+}
+
+/* ---- rtt_mode=nic: through the NIC emulator -------------------------------- */
+struct rpc_req {
+    struct nic_req nr; /* first */
+    struct rpc *r;
+    uint32_t op;
+    unsigned order;
+    uint64_t chunk;
+    int result;
+};
+
+/* On the emulator thread, when the request reaches the memory node. */
+static void rpc_exec(struct nic_req *nr)
+{
+    struct rpc_req *q = (struct rpc_req *)nr;
+    struct rpc *r = q->r;
+    uint64_t start = nr->exec_at > r->free_at ? nr->exec_at : r->free_at;
+    r->free_at = start + r->service_ns;
+    q->result = execute(r, q->op, q->order, &q->chunk);
+    add_relaxed(&r->busy_ns, r->service_ns);
+    add_relaxed(&r->requests, 1);
+    nr->done_at = r->free_at + nr->back_ns;
+}
+
+static int call_nic(struct rpc *r, uint32_t op, unsigned order, uint64_t *chunk)
+{
+    struct rpc_req q = {.nr.exec = rpc_exec, .r = r, .op = op, .order = order, .chunk = *chunk};
+    uint64_t half = r->rtt_ns / 2;
+    nic_call(r->nic, &q.nr, half, r->rtt_ns - half);
+    *chunk = q.chunk;
+    return q.result;
 }
 
 static void *server_main(void *arg)
@@ -185,6 +244,7 @@ static int rpc_open(const struct alloc_params *p, void **self)
     if (!r)
         return FMEM_ENOMEM;
     r->rtt_ns = p->rtt_ns;
+    r->service_ns = p->rpc_service_ns;
     r->gen = atomic_fetch_add(&gen_next, 1) + 1;
     r->nslots = p->threads + 1;
     uint64_t cap = 2;
@@ -201,12 +261,17 @@ static int rpc_open(const struct alloc_params *p, void **self)
     }
     for (uint64_t i = 0; i < cap; i++)
         atomic_init(&r->cells[i].seq, i);
-    if (pthread_create(&r->server, NULL, server_main, r)) {
+    int rc = 0;
+    if (p->rtt_mode == TP_RTT_NIC)
+        rc = nic_acquire(&r->nic);
+    else if (pthread_create(&r->server, NULL, server_main, r))
+        rc = FMEM_EIO;
+    if (rc) {
         buddy_destroy(&r->b);
         free(r->slots);
         free(r->cells);
         free(r);
-        return FMEM_EIO;
+        return rc;
     }
     *self = r;
     return 0;
@@ -215,10 +280,14 @@ static int rpc_open(const struct alloc_params *p, void **self)
 static void rpc_close(void *self)
 {
     struct rpc *r = self;
-    atomic_store(&r->stop, true);
-    atomic_store(&r->server_sleeping, 0);
-    futex_wake(&r->server_sleeping);
-    pthread_join(r->server, NULL);
+    if (r->nic) {
+        nic_release(r->nic);
+    } else {
+        atomic_store(&r->stop, true);
+        atomic_store(&r->server_sleeping, 0);
+        futex_wake(&r->server_sleeping);
+        pthread_join(r->server, NULL);
+    }
     buddy_destroy(&r->b);
     free(r->slots);
     free(r->cells);
@@ -241,6 +310,8 @@ static struct slot *my_slot(struct rpc *r, uint32_t *idx)
 /* One request round trip. */
 static int call(struct rpc *r, uint32_t op, unsigned order, uint64_t *chunk)
 {
+    if (r->nic)
+        return call_nic(r, op, order, chunk);
     uint32_t idx;
     struct slot *s = my_slot(r, &idx);
     if (!s)
@@ -314,7 +385,7 @@ static void rpc_set_rtt(void *self, uint64_t rtt_ns)
 
 const struct allocator alloc_rpc = {
     .name = "rpc",
-    .what = "one server thread with a buddy allocator, shared-memory request queue (FUSEE style)",
+    .what = "one server with a buddy allocator and --rpc-service-ns per request (FUSEE style)",
     .open = rpc_open,
     .close = rpc_close,
     .alloc = rpc_alloc,

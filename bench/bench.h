@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "fmem.h"
+#include "transport.h" /* enum tp_rtt_mode */
 
 /* Returned by an adapter when the run's abort flag cut a call short. */
 #define BENCH_EABORT (-100)
@@ -60,6 +61,8 @@ struct op_cost {
 struct alloc_params {
     uint64_t pool_bytes; /* data bytes to manage */
     uint64_t rtt_ns;     /* injected round trip */
+    enum tp_rtt_mode rtt_mode; /* how it is waited for */
+    uint64_t rpc_service_ns;   /* rpc: modeled server CPU per request */
     unsigned threads;    /* client threads that will call it */
     const _Atomic bool *abort; /* set when a run overstays its grace time */
 };
@@ -128,6 +131,8 @@ struct bench_opts {
     unsigned threads[64];
     unsigned nthreads;
     uint64_t rtt_ns;
+    enum tp_rtt_mode rtt_mode;
+    uint64_t rpc_service_ns;
     double seconds;
     uint64_t pool_bytes;
     uint64_t size;    /* churn block size, rounded to 4 KiB x 2^k */
@@ -217,6 +222,12 @@ struct run_result {
     double server_busy;        /* fraction of the measured time */
     double server_req_per_s;
     double cpu_util; /* process CPU time / elapsed: cores kept busy */
+    /* rtt_mode=nic: the emulator over the measured phase */
+    bool have_nic;
+    double nic_cpu;         /* its CPU time / elapsed (included in cpu_util) */
+    double nic_late_us;     /* average lateness of a completion */
+    double nic_wake_per_req; /* futex wake syscalls per completion */
+    uint64_t nic_requests;
 };
 
 /* Run one configuration; 0, or -1 when the allocator could not be opened. */

@@ -30,6 +30,14 @@ static void usage(FILE *f)
     fprintf(f,
             "  --threads LIST     client thread counts (default 1,2,4,8,16,32,64,128,256,512)\n"
             "  --rtt-ns N         injected round trip per one-sided batch / RPC (default 2000)\n"
+            "  --rtt-mode MODE    how a client waits for it (default nic):\n"
+            "                       nic   it sleeps; one emulator thread plays the NIC, runs the\n"
+            "                             operations half a round trip after posting and wakes\n"
+            "                             the client when the answer is back (URI rtt_mode=nic)\n"
+            "                       spin  it spins on the clock, yielding (rtt_mode=spin, the\n"
+            "                             library's default)\n"
+            "  --rpc-service-ns N rpc: modeled memory-node CPU time per request (default 4000;\n"
+            "                     see bench/README.md)\n"
             "  --seconds S        measured time per configuration (default 1)\n"
             "  --pool-size BYTES  pool data size, K/M/G suffixes, rounded up to 2 MiB (default 1G)\n"
             "  --size BYTES       churn block size, rounded up to 4 KiB x 2^k (default 4096)\n"
@@ -51,11 +59,15 @@ static void usage(FILE *f)
             "  log/op     redo-log flush CAS per allocation call\n"
             "  max retry  most CAS failures of one allocation\n"
             "  RTT/op     network round trips per allocation call (a batch or an RPC is one)\n"
-            "  cpus       process CPU time / wall time: cores kept busy (waits in the\n"
-            "             injected delay spin, so a run can be bound by the cores)\n"
+            "  cpus       process CPU time / wall time: cores kept busy (nic: the\n"
+            "             emulator's share included; spin: waits burn the cores)\n"
+            "  nic        nic: emulator CPU / wall time\n"
+            "  late_us    nic: average lateness of an answer behind its modeled time\n"
+            "             (the emulator was preempted or busy waking clients)\n"
             "  fail       allocations that found no room (ENOMEM)\n"
             "JSON only: cas_dist = allocation calls that issued 0, 1, 2, 3, 4+ CAS (log\n"
-            "excluded); rtt_per_op, free_*, server_busy (rpc), stats_max_retries (fmem).\n"
+            "excluded); rtt_per_op, free_*, server_busy (rpc), stats_max_retries (fmem),\n"
+            "nic_* (the emulator).\n"
             "Setup (the paper workload's fill) runs with the delay off and is not measured.\n"
             "Exit status: 0 ok, 1 runtime failure, 2 bad usage.\n");
 }
@@ -155,7 +167,8 @@ static int parse_threads(const char *val, struct bench_opts *o)
 int bench_parse_options(int argc, char **argv, struct bench_opts *o)
 {
     static const unsigned def_threads[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
-    *o = (struct bench_opts){.rtt_ns = 2000, .seconds = 1, .pool_bytes = (uint64_t)1 << 30,
+    *o = (struct bench_opts){.rtt_ns = 2000, .rtt_mode = TP_RTT_NIC, .rpc_service_ns = 4000,
+                             .seconds = 1, .pool_bytes = (uint64_t)1 << 30,
                              .size = 4096, .occupancy = 0.875, .seed = 1};
     o->allocs[o->nallocs++] = &alloc_fmem;
     o->allocs[o->nallocs++] = &alloc_freearray;
@@ -165,14 +178,16 @@ int bench_parse_options(int argc, char **argv, struct bench_opts *o)
     for (unsigned i = 0; i < sizeof def_threads / sizeof def_threads[0]; i++)
         o->threads[o->nthreads++] = def_threads[i];
 
-    enum { O_ALLOC = 256, O_WL, O_THREADS, O_RTT, O_SECONDS, O_POOL, O_SIZE, O_OCC, O_SEED,
-           O_JSON, O_HELP };
+    enum { O_ALLOC = 256, O_WL, O_THREADS, O_RTT, O_RTT_MODE, O_SERVICE, O_SECONDS, O_POOL,
+           O_SIZE, O_OCC, O_SEED, O_JSON, O_HELP };
     static const struct option longopts[] = {
         {"allocators", required_argument, NULL, O_ALLOC},
         {"workload", required_argument, NULL, O_WL},
         {"workloads", required_argument, NULL, O_WL},
         {"threads", required_argument, NULL, O_THREADS},
         {"rtt-ns", required_argument, NULL, O_RTT},
+        {"rtt-mode", required_argument, NULL, O_RTT_MODE},
+        {"rpc-service-ns", required_argument, NULL, O_SERVICE},
         {"seconds", required_argument, NULL, O_SECONDS},
         {"pool-size", required_argument, NULL, O_POOL},
         {"size", required_argument, NULL, O_SIZE},
@@ -205,6 +220,19 @@ int bench_parse_options(int argc, char **argv, struct bench_opts *o)
             if (!parse_u64(v, &u) || u > 1000000000u)
                 return bad("--rtt-ns", v, "want nanoseconds from 0 to 1000000000");
             o->rtt_ns = u;
+            break;
+        case O_RTT_MODE:
+            if (!strcmp(v, "nic"))
+                o->rtt_mode = TP_RTT_NIC;
+            else if (!strcmp(v, "spin"))
+                o->rtt_mode = TP_RTT_SPIN;
+            else
+                return bad("--rtt-mode", v, "want nic or spin");
+            break;
+        case O_SERVICE:
+            if (!parse_u64(v, &u) || u > 1000000000u)
+                return bad("--rpc-service-ns", v, "want nanoseconds from 0 to 1000000000");
+            o->rpc_service_ns = u;
             break;
         case O_SECONDS:
             errno = 0;

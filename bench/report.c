@@ -19,13 +19,14 @@ void report_header(const struct bench_opts *o)
     double load[1] = {-1};
     getloadavg(load, 1);
     fprintf(f,
-            "fmem-bench: rtt %llu ns, pool %llu MiB, churn size %llu B, %.2f s per configuration; "
-            "%ld cores, load average %.2f\n",
-            (unsigned long long)o->rtt_ns, (unsigned long long)(o->pool_bytes >> 20),
+            "fmem-bench: rtt %llu ns (%s), rpc service %llu ns, pool %llu MiB, churn size %llu B, "
+            "%.2f s per configuration; %ld cores, load average %.2f\n",
+            (unsigned long long)o->rtt_ns, o->rtt_mode == TP_RTT_NIC ? "nic" : "spin",
+            (unsigned long long)o->rpc_service_ns, (unsigned long long)(o->pool_bytes >> 20),
             (unsigned long long)o->size, o->seconds, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
-    fprintf(f, "%-10s %-6s %7s %11s %9s %9s %8s %7s %7s %9s %6s %5s %6s\n", "allocator",
-            "load", "threads", "allocs/s", "avg_us", "p99_us", "free_us", "CAS/op", "log/op",
-            "max_retry", "RTT/op", "cpus", "fail");
+    fprintf(f, "%-10s %-6s %7s %11s %9s %9s %8s %7s %7s %9s %6s %5s %5s %7s %6s %7s\n",
+            "allocator", "load", "threads", "allocs/s", "avg_us", "p99_us", "free_us", "CAS/op",
+            "log/op", "max_retry", "RTT/op", "cpus", "nic", "late_us", "fail", "loadavg");
     fflush(f);
 }
 
@@ -35,10 +36,19 @@ void report_row(const struct bench_opts *o, const struct run_result *r)
     char free_us[16] = "-"; /* no free finished in time */
     if (r->free_calls)
         snprintf(free_us, sizeof free_us, "%.2f", r->free_avg_us);
-    fprintf(f, "%-10s %-6s %7u %11.0f %9.2f %9.2f %8s %7.2f %7.2f %9llu %6.2f %5.2f %6llu",
+    char nic[16] = "-", late[16] = "-";
+    if (r->have_nic) {
+        snprintf(nic, sizeof nic, "%.2f", r->nic_cpu);
+        snprintf(late, sizeof late, "%.2f", r->nic_late_us);
+    }
+    double load[1] = {-1};
+    getloadavg(load, 1);
+    fprintf(f,
+            "%-10s %-6s %7u %11.0f %9.2f %9.2f %8s %7.2f %7.2f %9llu %6.2f %5.2f %5s %7s %6llu "
+            "%7.1f",
             r->alloc, r->workload, r->threads, r->ops_per_s, r->lat_avg_us, r->lat_p99_us, free_us,
             r->cas_per_op, r->log_cas_per_op, (unsigned long long)r->retries_max, r->rtt_per_op,
-            r->cpu_util, (unsigned long long)r->failed);
+            r->cpu_util, nic, late, (unsigned long long)r->failed, load[0]);
     if (r->aborted)
         fprintf(f, "  (%llu calls aborted after the grace time)", (unsigned long long)r->aborted);
     if (r->errors)
@@ -54,13 +64,15 @@ void report_row(const struct bench_opts *o, const struct run_result *r)
     if (!o->json)
         return;
     printf("{\"allocator\":\"%s\",\"workload\":\"%s\",\"threads\":%u,\"rtt_ns\":%llu,"
+           "\"rtt_mode\":\"%s\","
            "\"seconds\":%.3f,\"ops\":%llu,\"frees\":%llu,\"failed\":%llu,\"aborted\":%llu,"
            "\"errors\":%llu,\"ops_per_s\":%.1f,\"lat_avg_us\":%.3f,\"lat_p50_us\":%.3f,"
            "\"lat_p99_us\":%.3f,\"lat_max_us\":%.3f,\"free_calls\":%llu,\"free_lat_avg_us\":%.3f,"
            "\"cas_per_op_avg\":%.4f,\"log_cas_per_op\":%.4f,\"cas_retries_avg\":%.4f,"
            "\"cas_retries_max\":%llu,\"free_cas_per_op\":%.4f,\"rtt_per_op\":%.4f,"
            "\"free_rtt_per_op\":%.4f,\"cpu_util\":%.3f",
-           r->alloc, r->workload, r->threads, (unsigned long long)r->rtt_ns, r->elapsed_s,
+           r->alloc, r->workload, r->threads, (unsigned long long)r->rtt_ns,
+           o->rtt_mode == TP_RTT_NIC ? "nic" : "spin", r->elapsed_s,
            (unsigned long long)r->allocs, (unsigned long long)r->frees,
            (unsigned long long)r->failed, (unsigned long long)r->aborted,
            (unsigned long long)r->errors, r->ops_per_s, r->lat_avg_us, r->lat_p50_us,
@@ -77,9 +89,14 @@ void report_row(const struct bench_opts *o, const struct run_result *r)
     if (r->have_stats_retries)
         printf(",\"stats_max_retries\":%llu", (unsigned long long)r->stats_max_retries);
     if (r->have_server)
-        printf(",\"server_busy\":%.4f,\"server_req_per_s\":%.1f", r->server_busy,
-               r->server_req_per_s);
-    printf("}\n");
+        printf(",\"server_busy\":%.4f,\"server_req_per_s\":%.1f,\"rpc_service_ns\":%llu",
+               r->server_busy, r->server_req_per_s, (unsigned long long)o->rpc_service_ns);
+    if (r->have_nic)
+        printf(",\"nic_cpu\":%.3f,\"nic_late_avg_us\":%.3f,\"nic_wake_calls_per_req\":%.3f,"
+               "\"nic_requests\":%llu",
+               r->nic_cpu, r->nic_late_us, r->nic_wake_per_req,
+               (unsigned long long)r->nic_requests);
+    printf(",\"load_avg\":%.2f}\n", load[0]);
     fflush(stdout);
 }
 

@@ -145,6 +145,7 @@ int run_config(const struct bench_opts *o, const struct allocator *a, const stru
     sh->threads = threads;
     sh->pool_target = (uint64_t)(o->occupancy * (double)o->pool_bytes);
     struct alloc_params ap = {.pool_bytes = o->pool_bytes, .rtt_ns = o->rtt_ns,
+                              .rtt_mode = o->rtt_mode, .rpc_service_ns = o->rpc_service_ns,
                               .threads = threads, .abort = &sh->abort};
     int rc = a->open(&ap, &sh->self);
     if (rc) {
@@ -174,6 +175,8 @@ int run_config(const struct bench_opts *o, const struct allocator *a, const stru
     struct alloc_totals before = {0}, after = {0};
     if (a->totals)
         a->totals(sh->self, &before);
+    struct nic_stats nic0, nic1;
+    nic_get_stats(&nic0);
     uint64_t t0 = bench_now_ns(), cpu0 = bench_cpu_ns();
     pthread_barrier_wait(&sh->barrier);
     sleep_ns((uint64_t)(o->seconds * 1e9));
@@ -187,9 +190,18 @@ int run_config(const struct bench_opts *o, const struct allocator *a, const stru
     for (unsigned i = 0; i < threads; i++)
         pthread_join(tids[i], NULL);
     uint64_t cpu1 = bench_cpu_ns();
+    nic_get_stats(&nic1);
     aggregate(ws, threads, t0, lat, out);
     if (out->elapsed_s > 0)
         out->cpu_util = (double)(cpu1 - cpu0) / 1e9 / out->elapsed_s;
+    if (nic1.requests > nic0.requests && out->elapsed_s > 0) {
+        uint64_t req = nic1.requests - nic0.requests;
+        out->have_nic = true;
+        out->nic_requests = req;
+        out->nic_cpu = (double)(nic1.cpu_ns - nic0.cpu_ns) / 1e9 / out->elapsed_s;
+        out->nic_late_us = (double)(nic1.late_ns - nic0.late_ns) / (double)req / 1e3;
+        out->nic_wake_per_req = (double)(nic1.wake_calls - nic0.wake_calls) / (double)req;
+    }
     if (a->totals) {
         a->totals(sh->self, &after);
         out->have_stats_retries = after.have_max_retries;

@@ -61,6 +61,7 @@ static int open_transport(const struct node_uri *u, uint64_t size, struct transp
         .path = u->kind == URI_MEM ? NULL : u->path,
         .create = u->create,
         .rtt_ns = u->rtt_ns,
+        .rtt_mode = u->rtt_mode,
     };
     if (size)
         sizes_for(size, file_align(u), &sp.meta_size, &sp.data_size);

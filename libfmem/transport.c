@@ -9,7 +9,7 @@
 
 _Thread_local struct tp_trace tp_trace;
 
-static uint64_t now_ns(void)
+uint64_t tp_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -23,8 +23,8 @@ void tp_delay(uint64_t ns)
 {
     if (ns == 0)
         return;
-    uint64_t end = now_ns() + ns;
-    while (now_ns() < end)
+    uint64_t end = tp_now_ns() + ns;
+    while (tp_now_ns() < end)
         sched_yield();
 }
 

@@ -36,12 +36,19 @@ struct transport_ops {
     void (*close)(struct transport *t);
 };
 
+/* How the injected round trip is waited for (URI key rtt_mode). */
+enum tp_rtt_mode {
+    TP_RTT_SPIN, /* the calling thread spins on the clock, yielding (tp_delay) */
+    TP_RTT_NIC,  /* an emulator thread plays the NIC; the caller sleeps */
+};
+
 struct transport {
     const struct transport_ops *ops;
     uint64_t size;     /* bytes addressable */
     uint64_t meta_size; /* of which metadata (the data follows) */
     void *base;        /* direct mapping of the whole pool, or NULL */
     uint64_t rtt_ns;   /* injected delay per round trip */
+    enum tp_rtt_mode rtt_mode;
     const char *name;  /* "shm", ... */
     /* totals over all threads, for fmem_stats */
     _Atomic uint64_t n_cas, n_cas_fail, n_reads, n_writes, n_rtts;
@@ -57,6 +64,41 @@ void tp_close(struct transport *t);
 
 /* Wait `ns` nanoseconds without holding the core (models a network wait). */
 void tp_delay(uint64_t ns);
+uint64_t tp_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* ---- NIC emulation (transport_nic.c) -------------------------------------
+ * One emulator thread per process plays the network: a request is posted,
+ * its poster sleeps, the emulator runs the request's `exec` when it reaches
+ * the memory node and wakes the poster when the answer is back. */
+struct nic;
+struct nic_req {
+    /* set by the poster (nic_call stamps the times) */
+    void (*exec)(struct nic_req *r); /* on the emulator thread, at exec_at */
+    uint64_t exec_at;  /* the request reaches the memory node */
+    uint64_t done_at;  /* the answer is back; exec may move it later */
+    uint64_t back_ns;  /* the answer's flight time (for exec) */
+    /* the emulator's */
+    struct nic_req *next;
+    uint64_t seq;
+    bool executed;
+    _Atomic uint32_t state;
+};
+/* Take a reference on the process's emulator (started on first use). */
+int nic_acquire(struct nic **out);
+void nic_release(struct nic *n);
+/* Post `r`, reaching the memory node `to_node_ns` from now and answered
+ * `back_ns` after its exec; sleep until the answer is back. */
+void nic_call(struct nic *n, struct nic_req *r, uint64_t to_node_ns, uint64_t back_ns);
+/* The emulator's figures since the process started it (cumulative). */
+struct nic_stats {
+    uint64_t requests;   /* completed */
+    uint64_t late_ns;    /* sum over completions of (actual - modeled) */
+    uint64_t late_max_ns;
+    uint64_t wake_calls; /* futex wake syscalls issued */
+    uint64_t woken;      /* sleepers woken */
+    uint64_t cpu_ns;     /* CPU time of the emulator thread */
+};
+void nic_get_stats(struct nic_stats *st);
 
 /* ---- shared-memory transport -------------------------------------------
  * A pool is two files mapped back to back: the metadata (pool header,
@@ -68,6 +110,7 @@ struct shm_params {
     uint64_t data_size;
     int create;         /* create the files when absent */
     uint64_t rtt_ns;
+    enum tp_rtt_mode rtt_mode;
     bool from_fds;      /* map these open files instead (the transport takes */
     int meta_fd;        /*  ownership of them) */
     int data_fd;

@@ -1,7 +1,11 @@
 /* transport_shm.c - the shared-memory transport: the pool is a memfd (one
  * process) or a file on /dev/shm or hugetlbfs (several processes), mapped
  * whole; one-sided operations are memcpy and CPU atomics, optionally delayed
- * by an injected round trip so that contention behaves as over a network. */
+ * by an injected round trip so that contention behaves as over a network.
+ * The delay is waited for by the caller spinning (rtt_mode=spin: half the
+ * round trip, the operations, the other half), or by the NIC emulator
+ * (rtt_mode=nic, transport_nic.c: the caller sleeps, the emulator runs the
+ * operations half a round trip after posting). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -21,21 +25,12 @@ struct shm_transport {
     int meta_fd, data_fd;
     void *map_base; /* the reservation holding both mappings */
     uint64_t map_len;
+    struct nic *nic; /* rtt_mode=nic: the process's emulator */
 };
 
-static int shm_batch(struct transport *t, struct tp_op *ops, size_t n)
+/* The operations of a batch, as the memory node executes them. */
+static void shm_execute(char *base, struct tp_op *ops, size_t n)
 {
-    uint64_t half = t->rtt_ns / 2;
-    for (size_t i = 0; i < n; i++) {
-        const struct tp_op *op = &ops[i];
-        uint64_t len = op->kind == TP_CAS ? 8 : op->len;
-        if (op->off > t->size || len > t->size - op->off)
-            return FMEM_EINVAL;
-        if (op->kind == TP_CAS && (op->off & 7))
-            return FMEM_EINVAL;
-    }
-    tp_delay(half); /* request in flight */
-    char *base = t->base;
     for (size_t i = 0; i < n; i++) {
         struct tp_op *op = &ops[i];
         switch (op->kind) {
@@ -68,13 +63,48 @@ static int shm_batch(struct transport *t, struct tp_op *ops, size_t n)
         }
         }
     }
-    tp_delay(t->rtt_ns - half); /* response in flight */
+}
+
+struct shm_req {
+    struct nic_req r; /* first */
+    char *base;
+    struct tp_op *ops;
+    size_t n;
+};
+
+static void shm_exec(struct nic_req *r)
+{
+    struct shm_req *q = (struct shm_req *)r;
+    shm_execute(q->base, q->ops, q->n);
+}
+
+static int shm_batch(struct transport *t, struct tp_op *ops, size_t n)
+{
+    struct shm_transport *s = (struct shm_transport *)t;
+    uint64_t rtt = t->rtt_ns, half = rtt / 2;
+    for (size_t i = 0; i < n; i++) {
+        const struct tp_op *op = &ops[i];
+        uint64_t len = op->kind == TP_CAS ? 8 : op->len;
+        if (op->off > t->size || len > t->size - op->off)
+            return FMEM_EINVAL;
+        if (op->kind == TP_CAS && (op->off & 7))
+            return FMEM_EINVAL;
+    }
+    if (rtt && s->nic) {
+        struct shm_req q = {.r.exec = shm_exec, .base = t->base, .ops = ops, .n = n};
+        nic_call(s->nic, &q.r, half, rtt - half);
+        return 0;
+    }
+    tp_delay(half); /* request in flight */
+    shm_execute(t->base, ops, n);
+    tp_delay(rtt - half); /* response in flight */
     return 0;
 }
 
 static void shm_close(struct transport *t)
 {
     struct shm_transport *s = (struct shm_transport *)t;
+    nic_release(s->nic);
     if (t->base)
         munmap(s->map_base, s->map_len);
     if (s->meta_fd >= 0)
@@ -207,6 +237,8 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
     }
     if (rc == 0)
         rc = map_pool(s, meta, data);
+    if (rc == 0 && p->rtt_mode == TP_RTT_NIC)
+        rc = nic_acquire(&s->nic);
     if (rc) {
         int e = errno;
         if (made && p->path) {
@@ -223,6 +255,7 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
     s->t.size = meta + data;
     s->t.meta_size = meta;
     s->t.rtt_ns = p->rtt_ns;
+    s->t.rtt_mode = p->rtt_mode;
     s->t.name = "shm";
     *out = &s->t;
     if (created)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fmem.h"
+#include "transport.h" /* enum tp_rtt_mode */
 
 bool uri_parse_size(const char *s, uint64_t *out)
 {
@@ -71,6 +72,13 @@ static int parse_query(char *q, struct node_uri *u)
             u->nodes = (unsigned)x;
         } else if (!strcmp(k, "rtt_ns")) {
             if (!parse_uint(v, 1000000000u, &u->rtt_ns))
+                return FMEM_EURI;
+        } else if (!strcmp(k, "rtt_mode")) {
+            if (!strcmp(v, "spin"))
+                u->rtt_mode = TP_RTT_SPIN;
+            else if (!strcmp(v, "nic"))
+                u->rtt_mode = TP_RTT_NIC;
+            else
                 return FMEM_EURI;
         } else if (!strcmp(k, "user")) {
             if (!parse_uint(v, 16383, &x) || x == 0)

@@ -16,6 +16,7 @@ struct node_uri {
     uint64_t size;       /* 0: not given */
     unsigned nodes;      /* mem: number of nodes */
     uint64_t rtt_ns;
+    unsigned rtt_mode;   /* enum tp_rtt_mode: 0 spin (default), 1 nic */
     unsigned user;       /* 0: claim one */
     bool create;
 };

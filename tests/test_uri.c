@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "fmem.h"
+#include "transport.h" /* enum tp_rtt_mode */
 #include "uri.h"
 
 static struct node_uri us[URI_MAX_NODES + 1];
@@ -126,6 +127,22 @@ Test(uri, every_key)
     cr_assert_eq(parse("mem:?user=1&create=1"), 1);
     cr_assert_eq(us[0].user, 1);
     cr_assert(us[0].create);
+}
+
+Test(uri, rtt_mode)
+{
+    cr_assert_eq(parse("mem:"), 1);
+    cr_assert_eq(us[0].rtt_mode, TP_RTT_SPIN, "spin is the default");
+    cr_assert_eq(parse("mem:?rtt_ns=2000&rtt_mode=nic"), 1);
+    cr_assert_eq(us[0].rtt_mode, TP_RTT_NIC);
+    cr_assert_eq(us[0].rtt_ns, 2000);
+    cr_assert_eq(parse("mem:?rtt_mode=spin&rtt_ns=5"), 1);
+    cr_assert_eq(us[0].rtt_mode, TP_RTT_SPIN);
+    cr_assert_eq(parse("mem:?rtt_mode=nic;mem:"), 2, "a key of one node only");
+    cr_assert_eq(us[0].rtt_mode, TP_RTT_NIC);
+    cr_assert_eq(us[1].rtt_mode, TP_RTT_SPIN);
+    cr_assert_eq(parse("shm:/x?rtt_mode=nic"), 1);
+    cr_assert_eq(us[0].rtt_mode, TP_RTT_NIC);
 }
 
 Test(uri, size_suffixes_in_uris)
@@ -253,6 +270,18 @@ Test(uri_bad, bad_numbers)
     rejected("mem:?log=0"); /* the redo log cannot be turned off */
     rejected("mem:?log=2");
     rejected("mem:?log=true");
+}
+
+Test(uri_bad, bad_rtt_modes)
+{
+    rejected("mem:?rtt_mode=");
+    rejected("mem:?rtt_mode");
+    rejected("mem:?rtt_mode=NIC");
+    rejected("mem:?rtt_mode=Spin");
+    rejected("mem:?rtt_mode=nic2");
+    rejected("mem:?rtt_mode=spinning");
+    rejected("mem:?rtt_mode=1");
+    rejected("mem:?rtt_mode=nic&rtt_mode=fast");
 }
 
 Test(uri_bad, bad_names_and_paths)
@@ -385,6 +414,25 @@ Test(uri_open, good_uris_open)
         cr_assert_eq(fmem_stats(p, &st), 0);
         cr_assert_eq(st.nodes, nodes[i], "%s", good[i]);
         cr_assert_eq(st.capacity_bytes, cap[i], "%s", good[i]);
+        fmem_close(p);
+    }
+}
+
+Test(uri_open, nic_mode_pool_works)
+{
+    /* two nodes share the process's NIC emulator; closing the pool stops it */
+    for (int round = 0; round < 2; round++) {
+        fmem_pool *p;
+        cr_assert_eq(fmem_open("mem:?size=4M&nodes=2&rtt_ns=2000&rtt_mode=nic", &p), 0);
+        fmem_handle h[8];
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(fmem_alloc(p, 4096, &h[i]), 0);
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(fmem_free(p, &h[i]), 0);
+        fmem_stats_t st;
+        cr_assert_eq(fmem_stats(p, &st), 0);
+        cr_assert_eq(st.nodes, 2);
+        cr_assert_gt(st.round_trips, 0);
         fmem_close(p);
     }
 }

@@ -94,7 +94,12 @@ typedef struct fmem_stats_t {
  *   "file:/PATH?size=1G"      named pool in any file (e.g. on hugetlbfs)
  * Query parameters: size= (K/M/G suffix, rounded up to 2 MiB sections),
  * nodes=N (that many memory nodes, for mem:), rtt_ns=N (injected round-trip
- * delay per operation), user=N (user id, default: claimed from the pool),
+ * delay per operation), rtt_mode=spin|nic (how that delay is waited for:
+ * spin, the default: the calling thread spins on the clock, yielding; nic:
+ * the caller sleeps while one emulator thread per process plays the NIC,
+ * runs the operations half a round trip after posting and wakes the caller
+ * a full round trip after; it uses no client CPU while waiting and is the
+ * default of fmem-bench), user=N (user id, default: claimed from the pool),
  * create=0|1 (shm/file: fail if absent / create if absent, default 1).
  * Several URIs separated by ';' open several memory nodes as one pool. */
 #define FMEM_DEFAULT_SIZE ((uint64_t)1 << 30)
