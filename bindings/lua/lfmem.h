@@ -37,6 +37,8 @@
 int lfmem_error(lua_State *L, const char *op, const char *fmt, ...);
 /* Raise "fmem: <op>: <fmem_strerror(rc)>" */
 int lfmem_fail(lua_State *L, const char *op, int rc);
+/* The type of the value at idx for messages: "fmem.buffer" for ours. */
+const char *lfmem_typename(lua_State *L, int idx);
 /* The userdata at idx of metatable `tname`, or raise a clear type error. */
 void *lfmem_check_udata(lua_State *L, int idx, const char *tname, const char *op);
 /* A whole number >= 0 at idx (floats with an exact integer value pass). */

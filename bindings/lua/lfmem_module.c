@@ -80,8 +80,13 @@ static void push_default_pool(lua_State *L)
 static int m_region(lua_State *L)
 {
     if (lua_istable(L, 2) && lua_getfield(L, 2, "pool") != LUA_TNIL) {
-        lfmem_pool *p = lfmem_pool_check(L, -1, "region");
-        return lfmem_region_lnew(L, -1, p, 1);
+        lfmem_pool **box = luaL_testudata(L, -1, LFMEM_POOL);
+        if (!box)
+            return lfmem_error(L, "region", "option pool must be an fmem.pool, got %s",
+                               lfmem_typename(L, -1));
+        if (!*box || (*box)->closed)
+            return lfmem_error(L, "region", "the pool is closed");
+        return lfmem_region_lnew(L, -1, *box, 1);
     }
     lua_settop(L, 2);
     push_default_pool(L);

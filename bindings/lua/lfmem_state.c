@@ -50,6 +50,9 @@ int lfmem_state_lnew(lua_State *L)
 {
     lfmem_pool **pbox = luaL_testudata(L, 1, LFMEM_POOL);
     lfmem_region *region = NULL;
+    if (!pbox && !luaL_testudata(L, 1, LFMEM_REGION))
+        return lfmem_error(L, "newstate", "bad argument #1 (fmem.pool or fmem.region expected, "
+                                          "got %s)", lfmem_typename(L, 1));
     if (!pbox)
         region = lfmem_region_check(L, 1, "newstate");
     else if (!*pbox || (*pbox)->closed)

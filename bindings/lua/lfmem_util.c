@@ -24,15 +24,19 @@ int lfmem_fail(lua_State *L, const char *op, int rc)
     return lfmem_error(L, op, "%s", fmem_strerror(rc));
 }
 
+const char *lfmem_typename(lua_State *L, int idx)
+{
+    if (lua_type(L, idx) == LUA_TUSERDATA && luaL_getmetafield(L, idx, "__name") == LUA_TSTRING)
+        return lua_tostring(L, -1); /* stays on the stack: only for messages */
+    return luaL_typename(L, idx);
+}
+
 void *lfmem_check_udata(lua_State *L, int idx, const char *tname, const char *op)
 {
     void *u = luaL_testudata(L, idx, tname);
-    if (!u) {
-        const char *got = luaL_typename(L, idx);
-        if (lua_type(L, idx) == LUA_TUSERDATA && luaL_getmetafield(L, idx, "__name") == LUA_TSTRING)
-            got = lua_tostring(L, -1);
-        lfmem_error(L, op, "bad argument #%d (%s expected, got %s)", idx, tname, got);
-    }
+    if (!u)
+        lfmem_error(L, op, "bad argument #%d (%s expected, got %s)", idx, tname,
+                    lfmem_typename(L, idx));
     return u;
 }
 

@@ -84,8 +84,12 @@ describe("errors", function()
            pool.alloc, b, 1)
     raises("^fmem: alloc: bad argument #1 %(fmem.pool expected, got number%)$", pool.alloc, 5, 1)
     raises("^fmem: alloc: options must be a table, got string$", pool.alloc, pool, 1, "x")
-    raises("^fmem: newstate: bad argument #1 %(fmem.region expected, got string%)$",
+    raises("^fmem: newstate: bad argument #1 %(fmem.pool or fmem.region expected, got string%)$",
            fmem.newstate, "x")
+    raises("^fmem: newstate: bad argument #1 %(fmem.pool or fmem.region expected, got fmem.buffer",
+           fmem.newstate, b)
+    raises("^fmem: region: option pool must be an fmem.pool, got number$", fmem.region, "1M",
+           {pool = 1})
     raises("^fmem: region: size expected$", fmem.region)
     raises("^fmem: region: size: bad size 'lots'", fmem.region, "lots")
     raises("^fmem: region: cache: bad percentage '0%%'", fmem.region, "1M", {cache = "0%"})
