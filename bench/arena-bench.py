@@ -4,12 +4,13 @@ hook (fmem.install_arena_allocator), in one run.
 
 Each measurement is a fresh interpreter (the hook stays for the life of a
 process) that runs the workload --runs times and reports the best time;
-configurations alternate. Configurations:
+configurations alternate (regions: one interpreter, one run). Configurations:
   plain     pymalloc's own arenas (mmap)
   pool      arenas from a heap on a directly mapped in-process pool
   region50  arenas in a far-memory Region, cache = 50 % of the arena peak
   region25  the same with 25 %
-The ratio is plain time / config time (1.0: as fast as without the hook).
+The ratio is plain time / config time (1.0: as fast as without the hook);
+"faults" are the interpreter's minor page faults.
 
     bindings/python/pyrun bench/arena-bench.py [--objects 1000000] [--rounds 3]
 """
@@ -20,7 +21,7 @@ import subprocess
 import sys
 
 CHILD = r"""
-import gc, json, sys, time
+import gc, json, resource, sys, time
 mode, n, runs, cache = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 target = None
 if mode != "plain":
@@ -49,7 +50,8 @@ for _ in range(runs):
     t = time.perf_counter()
     r = workload(n)
     best = min(best, time.perf_counter() - t)
-out = {"seconds": best, "result": r}
+out = {"seconds": best, "result": r,
+       "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt}
 if target is not None:
     out["stats"] = fmem.arena_allocator_stats()
     if mode != "pool":
@@ -83,16 +85,19 @@ def main():
     results = {m: [] for m in modes}
     for rnd in range(args.rounds):
         for mode in (list(modes) if rnd % 2 == 0 else list(modes)[::-1]):
-            if mode.startswith("region") and rnd > 0:
-                continue  # paging dominates: one interpreter is enough
-            results[mode].append(measure(mode, args.objects, args.runs, modes[mode]))
+            paged = mode.startswith("region")
+            if paged and rnd > 0:
+                continue  # paging dominates: one interpreter, one run is enough
+            results[mode].append(measure(mode, args.objects, 1 if paged else args.runs,
+                                         modes[mode]))
 
     base = min(r["seconds"] for r in results["plain"])
     expect = results["plain"][0]["result"]
     print(f"arena-bench: {args.objects} items (~{6 * args.objects / 1e6:.0f} M small objects)"
           f" per run, arena peak {peak / (1 << 20):.0f} MiB, best of {args.rounds} x"
           f" {args.runs}; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'config':9s} {'seconds':>8s} {'ratio':>6s}  arenas in far memory / freed")
+    print(f"{'config':9s} {'seconds':>8s} {'ratio':>6s} {'faults':>8s}  arenas in far memory"
+          " / freed")
     summary = {}
     for mode, rs in results.items():
         assert all(r["result"] == expect for r in rs), f"{mode}: wrong result"
@@ -104,7 +109,8 @@ def main():
             reg = rs[-1]["region"]
             extra += (f"; cache {reg['cache_bytes'] >> 20} MiB, fetched"
                       f" {reg['bytes_fetched'] >> 20} MiB, written {reg['bytes_written'] >> 20} MiB")
-        print(f"{mode:9s} {t:8.3f} {base / t:6.3f}{extra}")
+        faults = min(r["minor_faults"] for r in rs)
+        print(f"{mode:9s} {t:8.3f} {base / t:6.3f} {faults:8d}{extra}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"objects": args.objects, "arena_peak": peak, "summary": summary}, f,

@@ -2,7 +2,10 @@
 """numpy on fmem-backed arrays against plain arrays, in one run.
 
 Configurations (array data placed by fmem.numpy_arrays):
-  plain       numpy's default allocator (the baseline)
+  plain       numpy's default allocator (the baseline; glibc puts large
+              arrays 16 bytes into a page)
+  aligned     a control: plain memory, but a, b, c start on a page as
+              fmem's blocks do (alignment alone changes some loops' speed)
   shm         a heap on directly mapped chunks of a shm: pool
   region50    a heap in a far-memory Region, local cache = 50 % of the data
   region25    the same with 25 %
@@ -13,12 +16,12 @@ a * b + 1, sqrt) and into a preallocated array (add out=). Every
 configuration builds its own arrays; rounds alternate the configurations,
 and each (configuration, operation) keeps its best time. Regions, where
 every pass pages the data through the cache and noise does not matter,
-run --region-rounds rounds of one timed pass each. The ratio is plain
+run --region-rounds rounds of --region-reps timed passes each. The ratio is plain
 time / fmem time: 1.0 means as fast as plain memory, the target for shm
 is >= 0.95.
 
     bindings/python/pyrun bench/numpy-bench.py [--mib 32] [--rounds 5]
-        [--region-rounds 1] [--json FILE]
+        [--region-rounds 1] [--region-reps 2] [--no-regions] [--json FILE]
 """
 import argparse
 import json
@@ -77,6 +80,23 @@ class Config:
         return best
 
 
+class AlignedConfig(Config):
+    """Plain memory with the inputs page-aligned, like fmem's blocks."""
+
+    def __init__(self):
+        super().__init__("aligned", None)
+
+    def make_arrays(self, n, seed):
+        out = []
+        for x in super().make_arrays(n, seed):
+            raw = np.empty(n + 4096 // 8)
+            skip = (-raw.ctypes.data % 4096) // 8
+            view = raw[skip:skip + n]
+            view[:] = x
+            out.append(view)
+        return tuple(out)
+
+
 class _NoBlock:
     def __enter__(self):
         return self
@@ -97,6 +117,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3, help="timed runs per op and round")
     ap.add_argument("--region-rounds", type=int, default=1)
+    ap.add_argument("--region-reps", type=int, default=2)
+    ap.add_argument("--no-regions", action="store_true", help="plain and shm only")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
 
@@ -106,14 +128,15 @@ def main():
     shm_pool = fmem.open(uri)
     fmem.unlink(uri)  # the file goes when we exit
     far_pool = fmem.open(f"mem:?size={max(1024, 16 * data_bytes // MiB)}M")
-    configs = [Config("plain", None), Config("shm", shm_pool)]
+    configs = [Config("plain", None), AlignedConfig(), Config("shm", shm_pool)]
     try:
-        configs += [region_config("region50", far_pool, data_bytes, 0.50),
-                    region_config("region25", far_pool, data_bytes, 0.25)]
+        if not args.no_regions:
+            configs += [region_config("region50", far_pool, data_bytes, 0.50),
+                        region_config("region25", far_pool, data_bytes, 0.25)]
     except fmem.AccessError as exc:
         print(f"regions skipped: {exc}", file=sys.stderr)
     arrays = {c.name: c.make_arrays(n, 1) for c in configs}
-    for c in configs[1:]:  # the data really is where it should be
+    for c in configs[2:]:  # the data really is where it should be
         where = c.target.contains if isinstance(c.target, fmem.Region) else c.target.owns
         assert all(where(x) for x in arrays[c.name]), c.name
 
@@ -125,12 +148,12 @@ def main():
                 paged = isinstance(c.target, fmem.Region)
                 if paged and rnd >= args.region_rounds:
                     continue
-                t = c.time_op(op, arrays[c.name], 1 if paged else args.reps)
+                t = c.time_op(op, arrays[c.name], args.region_reps if paged else args.reps)
                 best[c.name, op_name] = min(best[c.name, op_name], t)
 
     print(f"numpy-bench: float64 arrays of {args.mib} MiB (working set {data_bytes / MiB:.0f}"
           f" MiB), best of {args.rounds} rounds x {args.reps} (regions: {args.region_rounds}"
-          f" x 1); ratio = plain / config; load average {os.getloadavg()[0]:.1f}")
+          f" x {args.region_reps}); ratio = plain / config; load average {os.getloadavg()[0]:.1f}")
     names = [c.name for c in configs]
     print(f"{'op':10s} {'plain ms':>9s}" + "".join(f" {n:>9s}" for n in names[1:]))
     ratios = {n: {} for n in names[1:]}
@@ -150,7 +173,7 @@ def main():
                          "all": statistics.geometric_mean(ratios[name].values())}
         print(f"{name:9s} geometric mean ratio: reductions {red:.3f}, element-wise {elem:.3f},"
               f" all {summary[name]['all']:.3f}")
-    for c in configs[2:]:
+    for c in configs[3:]:
         st = c.target.stats()
         print(f"{c.name}: cache {st['cache_bytes'] / MiB:.0f} MiB, remote"
               f" {st['remote_bytes'] / MiB:.0f} MiB, fetched {st['bytes_fetched'] / MiB:.0f}"

@@ -17,6 +17,11 @@ def test_alloc_sizes_and_rounding(pool):
             assert b.handle["addr"] % b.capacity == 0  # aligned to its size
 
 
+def test_sizes_may_be_any_integer(pool):
+    with pool.alloc(np.int64(5000)) as b, pool.alloc(True) as one:
+        assert len(b) == 5000 and len(one) == 1
+
+
 def test_memoryview_is_the_pool_memory(pool):
     b = pool.alloc(10000)
     m = memoryview(b)

@@ -32,6 +32,8 @@ def test_use_after_free_raises(pool):
         with pytest.raises(fmem.ClosedError):
             op()
     assert b.closed and b.exports == 0
+    with pytest.raises(fmem.ClosedError):
+        pool.owns(b)
 
 
 def test_double_free(pool):

@@ -3,13 +3,17 @@
 
 Py_ssize_t fp_size_arg(PyObject *o, const char *name, Py_ssize_t min)
 {
-    if (!PyLong_Check(o)) {
+    if (!PyIndex_Check(o)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name,
                      Py_TYPE(o)->tp_name);
         return -1;
     }
+    PyObject *i = PyNumber_Index(o); /* ints, numpy integers, ... */
+    if (!i)
+        return -1;
     int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
     if (v == -1 && PyErr_Occurred())
         return -1;
     if (overflow > 0 || v > PY_SSIZE_T_MAX) {
@@ -33,19 +37,17 @@ int fp_range_of(PyObject *o, uintptr_t *lo, uintptr_t *hi)
         *hi = *lo + 1;
         return 0;
     }
+    if (!PyObject_CheckBuffer(o)) {
+        PyErr_Format(PyExc_TypeError,
+                     "expected an address (int) or an object with the buffer protocol, "
+                     "not %.100s",
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
     Py_buffer v;
     /* any layout: only where the bytes are matters */
-    if (PyObject_GetBuffer(o, &v, PyBUF_FULL_RO) < 0) {
-        PyErr_Clear();
-        if (PyObject_GetBuffer(o, &v, PyBUF_SIMPLE) < 0) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError,
-                         "expected an address (int) or an object with the buffer "
-                         "protocol, not %.100s",
-                         Py_TYPE(o)->tp_name);
-            return -1;
-        }
-    }
+    if (PyObject_GetBuffer(o, &v, PyBUF_FULL_RO) < 0)
+        return -1;
     *lo = (uintptr_t)v.buf;
     *hi = *lo + (uintptr_t)(v.len > 0 ? v.len : 1);
     PyBuffer_Release(&v);

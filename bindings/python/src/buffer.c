@@ -127,8 +127,8 @@ static PyObject *buffer_free(FpBuffer *b, PyObject *unused)
     if (!b->live)
         return fp_raisef(FpExc_DoubleFree, "the buffer is already free");
     if (b->exports)
-        return fp_raisef(FpExc_InUse, "cannot free the buffer while views of it are alive (%zd)",
-                         b->exports);
+        return fp_raisef(FpExc_InUse,
+                         "cannot free the buffer while views of it are alive (%zd)", b->exports);
     int rc = fp_buffer_release(b);
     if (rc)
         return fp_raise(rc, "free");
@@ -275,7 +275,8 @@ static PyObject *buffer_subscript(FpBuffer *b, PyObject *key)
         return PyLong_FromLong(c);
     }
     if (!PySlice_Check(key))
-        return PyErr_Format(PyExc_TypeError, "buffer indices must be integers or slices, not %.100s",
+        return PyErr_Format(PyExc_TypeError,
+                            "buffer indices must be integers or slices, not %.100s",
                             Py_TYPE(key)->tp_name);
     Py_ssize_t start, stop, step;
     if (PySlice_Unpack(key, &start, &stop, &step) < 0)

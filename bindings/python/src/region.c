@@ -137,8 +137,8 @@ static PyObject *region_close(FpRegion *r, PyObject *unused)
     if (r->life.closed)
         Py_RETURN_NONE;
     if (r->exports)
-        return fp_raisef(FpExc_InUse, "cannot close the region while views of it are alive (%zd)",
-                         r->exports);
+        return fp_raisef(FpExc_InUse,
+                         "cannot close the region while views of it are alive (%zd)", r->exports);
     r->life.closed = 1;
     fp_region_maybe_release(r);
     Py_RETURN_NONE;
