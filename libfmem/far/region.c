@@ -80,7 +80,7 @@ static int init_tables(struct fmem_region *r)
         return FMEM_ENOMEM;
     for (uint32_t i = 0; i < r->cap; i++) {
         r->ring[i] = NO_UNIT;
-        r->free_slots[i] = r->cap - 1 - i;
+        r->free_slots[i] = i;
     }
     r->nfree = r->cap;
     return 0;

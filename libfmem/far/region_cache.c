@@ -1,5 +1,7 @@
 /* region_cache.c - the bounded local cache of a region: a ring of `cap`
- * slots, one per cached unit, swept by a CLOCK hand.
+ * slots, one per cached unit, swept by a CLOCK hand. Free slots are reused
+ * first in, first out, so the hand meets units in about the order they
+ * came in: FIFO with a second chance, which suits scans.
  *
  * User space sees no accessed bits, so the reference bit is set by what the
  * handler does see: a demand fault that brought the unit in, and a write
@@ -9,7 +11,9 @@
 
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
 {
-    uint32_t slot = r->free_slots[--r->nfree];
+    uint32_t slot = r->free_slots[r->free_head];
+    r->free_head = r->free_head + 1 == r->cap ? 0 : r->free_head + 1;
+    r->nfree--;
     r->ring[slot] = u;
     r->units[u].slot = slot;
     return slot;
@@ -18,7 +22,9 @@ uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
 void cache_free_slot(struct fmem_region *r, uint32_t slot)
 {
     r->ring[slot] = NO_UNIT;
-    r->free_slots[r->nfree++] = slot;
+    uint32_t tail = r->free_head + r->nfree;
+    r->free_slots[tail >= r->cap ? tail - r->cap : tail] = slot;
+    r->nfree++;
 }
 
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)

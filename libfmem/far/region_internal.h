@@ -104,8 +104,8 @@ struct fmem_region {
     struct region_unit *units;
     struct region_chunk *chunks;
     uint32_t *ring;      /* CLOCK ring: unit per slot, NO_UNIT if free */
-    uint32_t *free_slots;
-    uint32_t nfree, hand;
+    uint32_t *free_slots; /* a FIFO: the ring stays in arrival order */
+    uint32_t nfree, free_head, hand;
     struct zap zaps[REGION_MAX_ZAPS];
     unsigned nzaps;
     uint64_t barrier_req, barrier_done, flush_req, flush_done;
