@@ -4,8 +4,10 @@
 Configurations (array data placed by fmem.numpy_arrays):
   plain       numpy's default allocator (the baseline; glibc puts large
               arrays 16 bytes into a page)
-  aligned     a control: plain memory, but a, b, c start on a page as
-              fmem's blocks do (alignment alone changes some loops' speed)
+  plain4k     a control: plain memory laid out as fmem's is, arrays
+              starting on a page and no transparent huge pages (numpy
+              advises them for plain arrays >= 4 MiB; an shm pool, memfd
+              with shmem THP off, has 4 KiB pages)
   shm         a heap on directly mapped chunks of a shm: pool
   region50    a heap in a far-memory Region, local cache = 50 % of the data
   region25    the same with 25 %
@@ -20,7 +22,7 @@ run --region-rounds rounds of --region-reps timed passes each. The ratio is plai
 time / fmem time: 1.0 means as fast as plain memory, the target for shm
 is >= 0.95.
 
-    bindings/python/pyrun bench/numpy-bench.py [--mib 32] [--rounds 5]
+    bindings/python/pyrun bench/numpy-bench.py [--mib 32] [--rounds 15] [--reps 5]
         [--region-rounds 1] [--region-reps 2] [--no-regions] [--json FILE]
 """
 import argparse
@@ -80,21 +82,35 @@ class Config:
         return best
 
 
-class AlignedConfig(Config):
-    """Plain memory with the inputs page-aligned, like fmem's blocks."""
+class Plain4kConfig(Config):
+    """Plain memory with page-aligned arrays and no huge pages."""
 
     def __init__(self):
-        super().__init__("aligned", None)
+        super().__init__("plain4k", None)
+
+    def block(self):
+        return _NoHugePages()
 
     def make_arrays(self, n, seed):
         out = []
-        for x in super().make_arrays(n, seed):
-            raw = np.empty(n + 4096 // 8)
-            skip = (-raw.ctypes.data % 4096) // 8
-            view = raw[skip:skip + n]
-            view[:] = x
-            out.append(view)
+        with self.block():
+            for x in super().make_arrays(n, seed):
+                raw = np.empty(n + 4096 // 8)
+                skip = (-raw.ctypes.data % 4096) // 8
+                view = raw[skip:skip + n]
+                view[:] = x
+                out.append(view)
         return tuple(out)
+
+
+class _NoHugePages:
+    def __enter__(self):
+        self.old = np.core.multiarray._set_madvise_hugepage(False)
+        return self
+
+    def __exit__(self, *exc):
+        np.core.multiarray._set_madvise_hugepage(self.old)
+        return False
 
 
 class _NoBlock:
@@ -114,8 +130,8 @@ def region_config(name, pool, data_bytes, fraction):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=int, default=32, help="MiB per array (a, b, c)")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=3, help="timed runs per op and round")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--reps", type=int, default=5, help="timed runs per op and round")
     ap.add_argument("--region-rounds", type=int, default=1)
     ap.add_argument("--region-reps", type=int, default=2)
     ap.add_argument("--no-regions", action="store_true", help="plain and shm only")
@@ -128,7 +144,7 @@ def main():
     shm_pool = fmem.open(uri)
     fmem.unlink(uri)  # the file goes when we exit
     far_pool = fmem.open(f"mem:?size={max(1024, 16 * data_bytes // MiB)}M")
-    configs = [Config("plain", None), AlignedConfig(), Config("shm", shm_pool)]
+    configs = [Config("plain", None), Plain4kConfig(), Config("shm", shm_pool)]
     try:
         if not args.no_regions:
             configs += [region_config("region50", far_pool, data_bytes, 0.50),
