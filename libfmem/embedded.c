@@ -154,14 +154,6 @@ static void emb_close(fmem_pool *p)
     free(p);
 }
 
-static unsigned log2_chunks(uint64_t bytes)
-{
-    unsigned k = 0;
-    while ((FMEM_CHUNK_SIZE << k) < bytes)
-        k++;
-    return k;
-}
-
 static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out)
 {
     uint64_t max = 0;
@@ -172,7 +164,7 @@ static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out)
         atomic_fetch_add_explicit(&p->failed_allocs, 1, memory_order_relaxed);
         return FMEM_ESIZE;
     }
-    unsigned k = log2_chunks(size);
+    unsigned k = chunks_log2(size);
     unsigned start = atomic_fetch_add_explicit(&p->rr, 1, memory_order_relaxed);
     int rc = FMEM_ENOMEM;
     for (unsigned i = 0; i < p->nnodes; i++) {
@@ -211,7 +203,7 @@ int pool_resolve(fmem_pool *p, const fmem_handle *h, struct node **n, uint64_t *
         return FMEM_EBADHANDLE;
     *n = p->nodes[h->node];
     *chunk = h->addr >> CHUNK_SHIFT;
-    *log2c = log2_chunks(h->length);
+    *log2c = chunks_log2(h->length);
     if (*chunk >= (*n)->g.nchunks)
         return FMEM_EBADHANDLE;
     return 0;

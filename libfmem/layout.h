@@ -20,6 +20,16 @@
 #define SPAN_SHIFT (CHUNK_SHIFT + 5)
 #define SECTION_SHIFT (SPAN_SHIFT + 4)
 
+/* log2 of the chunks in the smallest block (4 KiB x 2^k) holding `bytes`;
+ * stops at the largest representable block. */
+static inline unsigned chunks_log2(uint64_t bytes)
+{
+    unsigned k = 0;
+    while (k < 63 - CHUNK_SHIFT && (UINT64_C(1) << (CHUNK_SHIFT + k)) < bytes)
+        k++;
+    return k;
+}
+
 /* ---- header high half: retry level + temporary redo log ---------------- */
 /* bits 32-33 retry level, 34-38 offset, 39-41 log2 size, 42-48 timestamp,
  * 49-62 user id, 63: span header only, "detached" (the span belongs to the

@@ -175,14 +175,6 @@ static void cl_close(fmem_pool *p)
     free(p);
 }
 
-static unsigned log2_of(uint64_t len)
-{
-    unsigned k = 0;
-    while ((FMEM_CHUNK_SIZE << k) < len)
-        k++;
-    return k;
-}
-
 static int cl_alloc(fmem_pool *p, size_t size, fmem_handle *out)
 {
     struct svc_client *c = C(p);
@@ -198,7 +190,7 @@ static int cl_alloc(fmem_pool *p, size_t size, fmem_handle *out)
     if (rc == 0) {
         pthread_rwlock_wrlock(&c->lock);
         bool ok = own_put(&c->held, own_key(h->node, h->addr >> CHUNK_SHIFT), h->rkey,
-                          log2_of(h->length));
+                          chunks_log2(h->length));
         pthread_rwlock_unlock(&c->lock);
         if (!ok) {
             struct ring_req fr = {.op = RING_FREE, .h = *h};
@@ -211,7 +203,7 @@ static int cl_alloc(fmem_pool *p, size_t size, fmem_handle *out)
         return rc;
     }
     *out = *h;
-    unsigned k = log2_of(h->length);
+    unsigned k = chunks_log2(h->length);
     atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->size_class[k < FMEM_SIZE_CLASSES ? k : FMEM_SIZE_CLASSES - 1], 1,
                               memory_order_relaxed);
@@ -225,7 +217,7 @@ static int held_check(struct svc_client *c, const fmem_handle *h)
         (h->length & (h->length - 1)) || (h->addr & (FMEM_CHUNK_SIZE - 1)))
         return FMEM_EBADHANDLE;
     struct own_entry *e = own_get(&c->held, own_key(h->node, h->addr >> CHUNK_SHIFT));
-    if (!e || e->log2_chunks != log2_of(h->length))
+    if (!e || e->log2_chunks != chunks_log2(h->length))
         return FMEM_EBADHANDLE;
     return e->rkey == h->rkey ? 0 : FMEM_EACCES;
 }

@@ -17,14 +17,6 @@
 
 #include "service/daemon_internal.h"
 
-static unsigned log2_of(uint64_t len)
-{
-    unsigned k = 0;
-    while ((FMEM_CHUNK_SIZE << k) < len)
-        k++;
-    return k;
-}
-
 static int do_alloc(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out)
 {
     uint64_t bytes = FMEM_CHUNK_SIZE << k;
@@ -70,7 +62,7 @@ static int do_free(struct fmemd *d, struct app *a, const fmem_handle *h)
     if (!dn->n)
         return FMEM_EBADHANDLE;
     uint64_t chunk = h->addr >> CHUNK_SHIFT;
-    unsigned k = log2_of(h->length);
+    unsigned k = chunks_log2(h->length);
     struct own_entry *e = own_get(&a->own, own_key(h->node, chunk));
     /* not ours (another application's, or already freed): no metadata
      * is read or written */

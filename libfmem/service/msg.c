@@ -5,6 +5,7 @@
  * range; nothing else in the service parses raw input. */
 #include <string.h>
 
+#include "layout.h"
 #include "service/proto.h"
 
 static const struct {
@@ -156,10 +157,7 @@ int ring_req_decode(const struct ring_req *req, uint64_t max_bytes, unsigned nno
         out->op = RING_ALLOC;
         if (req->size == 0 || req->size > max_bytes)
             return FMEM_ESIZE;
-        unsigned k = 0;
-        while ((FMEM_CHUNK_SIZE << k) < req->size)
-            k++;
-        out->log2_chunks = k;
+        out->log2_chunks = chunks_log2(req->size);
         return 0;
     }
     case RING_FREE: {
