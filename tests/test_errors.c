@@ -11,30 +11,8 @@
 
 #include "fmem.h"
 #include "layout.h"
+#include "pool_helpers.h"
 #include "shadow.h"
-
-static fmem_pool *open_pool(const char *uri)
-{
-    fmem_pool *p = NULL;
-    int rc = fmem_open(uri, &p);
-    cr_assert_eq(rc, 0, "fmem_open(%s): %s", uri, fmem_strerror(rc));
-    return p;
-}
-
-static uint64_t allocated_bytes(fmem_pool *p)
-{
-    fmem_stats_t st;
-    cr_assert_eq(fmem_stats(p, &st), 0);
-    return st.allocated_bytes;
-}
-
-static fmem_handle must_alloc(fmem_pool *p, size_t size)
-{
-    fmem_handle h;
-    int rc = fmem_alloc(p, size, &h);
-    cr_assert_eq(rc, 0, "fmem_alloc(%zu): %s", size, fmem_strerror(rc));
-    return h;
-}
 
 #define EXPECT_RC(call, want)                                                             \
     do {                                                                                  \
