@@ -1,6 +1,8 @@
 /* alloc.c - front end of the protocol on one node: pick the layer by size,
  * hand out and check capability keys, and order a free so that the old key
  * dies before the block can be handed to anyone else. */
+#include <time.h>
+
 #include "crashpoint.h"
 #include "fmem.h"
 #include "protocol.h"
@@ -38,7 +40,7 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
         return rc;
     CRASH_POINT(CP_ALLOC_DONE);
     uint64_t cap;
-    if (tp_read(n->tp, cap_off(n, *chunk), &cap, 8) < 0)
+    if (tp_read(n->tp, key_off(n, *chunk, log2c), &cap, 8) < 0)
         return FMEM_EIO;
     *rkey = cap_main(cap);
     return 0;
@@ -50,15 +52,24 @@ static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, 
 {
     uint64_t cap, e;
     struct tp_op ops[2] = {
-        {.kind = TP_READ, .off = cap_off(n, chunk), .buf = &cap, .len = 8},
+        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
         {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
     };
     int rc = tp_batch(n->tp, ops, n->log_none ? 1 : 2);
     if (rc)
         return rc;
     *capv = cap;
-    if (cap_main(cap) != rkey)
+    if (cap_main(cap) != rkey) {
+        /* window keys are per block size: a right key with a wrong size
+         * lands on another entry; name that a bad handle, as on shm */
+        uint64_t real;
+        if (n->tp->wkeys_off && !n->log_none && log_valid(e) && log_alloc(e) &&
+            log_log2(e) != log2c && block_ok(n, chunk, log_log2(e)) &&
+            tp_read(n->tp, key_off(n, chunk, log_log2(e)), &real, 8) == 0 &&
+            cap_main(real) == rkey)
+            return FMEM_EBADHANDLE;
         return FMEM_EACCES;
+    }
     if (n->log_none)
         return 0;
     if (!log_valid(e) || !log_alloc(e) || log_log2(e) != log2c ||
@@ -114,11 +125,73 @@ static uint64_t revoked_cap(struct node *n, uint64_t cap)
     return cap_make(b ? b : node_new_key(n), 0);
 }
 
-static int revoke(struct node *n, uint64_t chunk, uint64_t cap, bool any_key)
+/* ---- window keys (verbs) -------------------------------------------------
+ * A key is a memory window only the memory node can bind or destroy, so a
+ * free cannot invent one: it promotes the backup window and rings the
+ * doorbell, and the old key dies when the regenerator destroys its window.
+ * The free waits for that (the entry gets a backup again) before the block
+ * goes back to the free lists, so no one else can be handed a block whose
+ * old key still works. */
+#define WK_WAIT_NS 5000000000ull /* the regenerator is gone after this */
+
+static int wk_ring(struct node *n)
+{
+    uint64_t v = ((uint64_t)n->uid << 40) ^ atomic_fetch_add(&n->rng, 1);
+    return tp_write(n->tp, n->tp->wkeys_off, &v, 8);
+}
+
+/* Wait until the entry at `off` no longer equals `v`; *now = its value. */
+static int wk_wait_change(struct node *n, uint64_t off, uint64_t v, uint64_t *now)
+{
+    uint64_t end = tp_now_ns() + WK_WAIT_NS;
+    for (;;) {
+        if (tp_read(n->tp, off, now, 8) < 0)
+            return FMEM_EIO;
+        if (*now != v)
+            return 0;
+        if (tp_now_ns() > end)
+            return FMEM_EIO;
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int wk_revoke(struct node *n, uint64_t off, uint64_t cap, bool any_key)
 {
     for (;;) {
+        if (cap_backup(cap) == 0) { /* no backup window yet: wake the regenerator */
+            int rc = wk_ring(n);
+            if (rc == 0)
+                rc = wk_wait_change(n, off, cap, &cap);
+            if (rc)
+                return rc;
+            continue;
+        }
+        uint64_t next = cap_make(cap_backup(cap), 0), v = 0;
+        struct tp_op ops[2] = {
+            {.kind = TP_CAS, .off = off, .expect = cap, .desired = next},
+            {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &v, .len = 8},
+        };
+        v = ((uint64_t)n->uid << 40) ^ atomic_fetch_add(&n->rng, 1);
+        int rc = tp_batch(n->tp, ops, 2);
+        if (rc)
+            return rc;
+        if (ops[0].old == cap) /* swapped: wait for the old window to go */
+            return wk_wait_change(n, off, next, &cap);
+        if (!any_key)
+            return FMEM_EDOUBLEFREE;
+        cap = ops[0].old;
+    }
+}
+
+static int revoke(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, bool any_key)
+{
+    uint64_t off = key_off(n, chunk, log2c);
+    if (n->tp->wkeys_off)
+        return wk_revoke(n, off, cap, any_key);
+    for (;;) {
         uint64_t next = revoked_cap(n, cap), old;
-        int r = tp_cas(n->tp, cap_off(n, chunk), cap, next, &old);
+        int r = tp_cas(n->tp, off, cap, next, &old);
         if (r != 0)
             return r < 0 ? r : 0;
         if (!any_key) /* a concurrent free of the same block won */
@@ -136,7 +209,7 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
     if (rc == FMEM_EDOUBLEFREE) {
         /* free in the handle's layer; but if the key is still live, the
          * block exists with another size: the handle is wrong, not stale */
-        if (tp_read(n->tp, cap_off(n, chunk), &cap, 8) < 0)
+        if (tp_read(n->tp, key_off(n, chunk, log2c), &cap, 8) < 0)
             return FMEM_EIO;
         return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
     }
@@ -145,7 +218,7 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
     rc = check(n, chunk, log2c, rkey, &cap);
     if (rc)
         return rc;
-    rc = revoke(n, chunk, cap, false);
+    rc = revoke(n, chunk, log2c, cap, false);
     if (rc)
         return rc;
     CRASH_POINT(CP_FREE_REVOKED);
@@ -157,9 +230,9 @@ int node_free_as(struct node *n, uint64_t chunk, unsigned log2c, unsigned uid)
     if (!block_ok(n, chunk, log2c))
         return FMEM_EBADHANDLE;
     uint64_t cap;
-    if (tp_read(n->tp, cap_off(n, chunk), &cap, 8) < 0)
+    if (tp_read(n->tp, key_off(n, chunk, log2c), &cap, 8) < 0)
         return FMEM_EIO;
-    int rc = revoke(n, chunk, cap, true);
+    int rc = revoke(n, chunk, log2c, cap, true);
     if (rc)
         return rc;
     CRASH_POINT(CP_FREE_REVOKED);
@@ -171,11 +244,19 @@ int node_free_section_as(struct node *n, uint64_t x, unsigned p, unsigned uid)
     uint64_t chunk = x * CHUNKS_PER_SECTION, cap;
     if (x >= n->g.nsections)
         return FMEM_EBADHANDLE;
-    if (tp_read(n->tp, cap_off(n, chunk), &cap, 8) < 0)
-        return FMEM_EIO;
-    int rc = revoke(n, chunk, cap, true);
-    if (rc)
-        return rc;
+    /* the block's key: on shm each section's own entry is revoked; a window
+     * key belongs to the whole block and is revoked with its first part */
+    unsigned log2c = 9 + p;
+    uint64_t first = chunk & ~((UINT64_C(1) << log2c) - 1);
+    if (!n->tp->wkeys_off || first == chunk) {
+        if (!n->tp->wkeys_off)
+            log2c = 0;
+        if (tp_read(n->tp, key_off(n, chunk, log2c), &cap, 8) < 0)
+            return FMEM_EIO;
+        int rc = revoke(n, chunk, log2c, cap, true);
+        if (rc)
+            return rc;
+    }
     CRASH_POINT(CP_FREE_REVOKED);
     return multi_free_part(n, x, p, uid);
 }

@@ -49,7 +49,12 @@ static int open_transport(const struct node_uri *u, uint64_t size, struct transp
     if (u->kind == URI_RDMA) {
 #ifdef HAVE_RDMA
         *created = 0; /* the memory node made the pool */
-        return verbs_transport_connect(u->path, u->port, u->src[0] ? u->src : NULL, tp);
+        /* this process runs the protocol: it needs the services' token */
+        struct verbs_connect_params cp = {.host = u->path, .port = u->port,
+                                          .src = u->src[0] ? u->src : NULL,
+                                          .role = VERBS_ROLE_SERVICE,
+                                          .token_path = u->token[0] ? u->token : NULL};
+        return verbs_transport_connect(&cp, tp);
 #else
         (void)size;
         (void)tp;
@@ -255,7 +260,7 @@ static int emb_read(fmem_pool *p, const fmem_handle *h, uint64_t offset, void *d
     int rc = access_range(p, h, offset, len, &n, &chunk);
     if (rc || len == 0)
         return rc;
-    return tp_read(n->tp, data_off(n, chunk) + offset, dst, len);
+    return tp_read_key(n->tp, data_off(n, chunk) + offset, dst, len, h->rkey);
 }
 
 static int emb_write(fmem_pool *p, const fmem_handle *h, uint64_t offset, const void *src, size_t len)
@@ -265,7 +270,7 @@ static int emb_write(fmem_pool *p, const fmem_handle *h, uint64_t offset, const 
     int rc = access_range(p, h, offset, len, &n, &chunk);
     if (rc || len == 0)
         return rc;
-    return tp_write(n->tp, data_off(n, chunk) + offset, src, len);
+    return tp_write_key(n->tp, data_off(n, chunk) + offset, src, len, h->rkey);
 }
 
 static int emb_stats(fmem_pool *p, fmem_stats_t *st)

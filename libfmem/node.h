@@ -9,6 +9,7 @@
 
 #include "layout.h"
 #include "transport.h"
+#include "wkeys.h"
 
 /* Span-header log size code 7: not an operation but a claim record: user
  * `uid` is moving this detached span into or out of the chunk layer (uid 0:
@@ -43,6 +44,14 @@ static inline uint64_t sec_hdr_off(const struct node *n, uint64_t x) { return n-
 static inline uint64_t span_hdr_off(const struct node *n, uint64_t s) { return n->g.span_off + 8 * s; }
 static inline uint64_t cap_off(const struct node *n, uint64_t c) { return n->g.cap_off + 8 * c; }
 static inline uint64_t log_off(const struct node *n, uint64_t c) { return n->g.log_off + 8 * c; }
+/* Where the key of the block (c, 2^log2c chunks) lives: the capability
+ * entry of its first chunk, or over verbs its window-key entry. */
+static inline uint64_t key_off(const struct node *n, uint64_t c, unsigned log2c)
+{
+    if (n->tp->wkeys_off)
+        return n->tp->wkeys_off + WK_HDR + 8 * wk_entry(n->g.nchunks, c, log2c);
+    return cap_off(n, c);
+}
 static inline uint64_t data_off(const struct node *n, uint64_t c) { return n->g.data_off + (c << CHUNK_SHIFT); }
 
 /* node.c */

@@ -72,6 +72,18 @@ int tp_write(struct transport *t, uint64_t off, const void *src, size_t len)
     return tp_batch(t, &op, 1);
 }
 
+int tp_read_key(struct transport *t, uint64_t off, void *dst, size_t len, uint32_t rkey)
+{
+    struct tp_op op = {.kind = TP_READ, .off = off, .buf = dst, .len = len, .rkey = rkey};
+    return tp_batch(t, &op, 1);
+}
+
+int tp_write_key(struct transport *t, uint64_t off, const void *src, size_t len, uint32_t rkey)
+{
+    struct tp_op op = {.kind = TP_WRITE, .off = off, .buf = (void *)src, .len = len, .rkey = rkey};
+    return tp_batch(t, &op, 1);
+}
+
 int tp_cas(struct transport *t, uint64_t off, uint64_t expect, uint64_t desired,
            uint64_t *old)
 {

@@ -19,6 +19,8 @@ struct tp_op {
     uint64_t expect;  /* CAS */
     uint64_t desired; /* CAS */
     uint64_t old;     /* CAS: value found (== expect on success) */
+    uint32_t rkey;    /* verbs: key of the window to use; 0: the transport's
+                       * own key for that range (metadata, window keys) */
 };
 
 /* Counters of the operations one thread issued; the protocol and the
@@ -47,6 +49,8 @@ struct transport {
     uint64_t size;     /* bytes addressable */
     uint64_t meta_size; /* of which metadata (the data follows) */
     void *base;        /* direct mapping of the whole pool, or NULL */
+    uint64_t wkeys_off; /* verbs: window-key table (wkeys.h) at these offsets */
+    uint64_t wkeys_size; /*  (0: keys are in the capability table) */
     uint64_t rtt_ns;   /* injected delay per round trip */
     enum tp_rtt_mode rtt_mode;
     const char *name;  /* "shm", ... */
@@ -57,6 +61,9 @@ struct transport {
 int tp_batch(struct transport *t, struct tp_op *ops, size_t n);
 int tp_read(struct transport *t, uint64_t off, void *dst, size_t len);
 int tp_write(struct transport *t, uint64_t off, const void *src, size_t len);
+/* Data access with a block's key (checked by the NIC over verbs). */
+int tp_read_key(struct transport *t, uint64_t off, void *dst, size_t len, uint32_t rkey);
+int tp_write_key(struct transport *t, uint64_t off, const void *src, size_t len, uint32_t rkey);
 /* 1 if swapped, 0 if not (*old = value found), or negative FMEM_E*. */
 int tp_cas(struct transport *t, uint64_t off, uint64_t expect, uint64_t desired,
            uint64_t *old);

@@ -88,6 +88,10 @@ static int parse_query(char *q, struct node_uri *u)
             if (!*v || strlen(v) >= sizeof u->src)
                 return FMEM_EURI;
             strcpy(u->src, v);
+        } else if (!strcmp(k, "token") && u->kind == URI_RDMA) {
+            if (!*v || strlen(v) >= sizeof u->token)
+                return FMEM_EURI;
+            strcpy(u->token, v);
         } else if (!strcmp(k, "create")) {
             if (strcmp(v, "0") && strcmp(v, "1"))
                 return FMEM_EURI;
@@ -125,7 +129,7 @@ static int parse_one(char *s, struct node_uri *u)
         u->kind = URI_FILE;
         strcpy(u->path, s + 5);
     } else if (!strncmp(s, "rdma://", 7)) {
-        /* rdma://HOST:PORT */
+        /* rdma://HOST:PORT?token=FILE */
         char *host = s + 7, *colon = strrchr(host, ':');
         if (!colon || colon == host || !colon[1] || strlen(colon + 1) >= sizeof u->port ||
             (size_t)(colon - host) >= sizeof u->path)

@@ -13,6 +13,7 @@ struct node_uri {
     char path[PATH_MAX]; /* shm: /dev/shm/NAME; file: the path; rdma: host */
     char port[8];        /* rdma */
     char src[64];        /* rdma: local address to connect from, or "" */
+    char token[256];     /* rdma: file holding the memory node's token, or "" */
     uint64_t size;       /* 0: not given */
     unsigned nodes;      /* mem: number of nodes */
     uint64_t rtt_ns;

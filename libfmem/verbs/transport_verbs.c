@@ -4,7 +4,13 @@
  * only the last one signaled (a failed request still completes with an
  * error), so it costs one round trip. Data moves through a registered
  * bounce buffer per queue pair; callers' buffers need no registration.
- * Threads share a few queue pairs, each under its own lock. */
+ * Threads share a few queue pairs, each under its own lock.
+ *
+ * Keys: metadata offsets use the metadata window's key and window-key table
+ * offsets (wkeys_off...) that table's window; data offsets use the key the
+ * operation carries (a block's window). Applications are given neither
+ * table key. A request the NIC refuses puts its queue pair in the error
+ * state; the transport reconnects that queue pair on its next use. */
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -32,15 +38,20 @@ struct verbs_conn {
     struct ibv_cq *cq;
     struct ibv_mr *mr;
     char *bounce;
+    bool broken; /* the NIC refused a request: the QP is in the error state */
 };
 
 struct verbs_transport {
     struct transport t;
     struct rdma_event_channel *ec;
+    pthread_mutex_t ec_lock; /* connection setup reads events from ec */
     struct verbs_conn conn[NCONN];
     unsigned nconn;
-    uint64_t rbase;
-    uint32_t rkey;
+    struct verbs_hello hello;
+    struct sockaddr_storage dst, src;
+    bool has_src;
+    struct verbs_welcome w;
+    _Atomic uint64_t refused; /* requests the NIC refused (remote access error) */
 };
 
 static _Atomic unsigned conn_rr;
@@ -87,17 +98,20 @@ static void conn_close(struct verbs_conn *c)
         ibv_dealloc_pd(c->pd);
     if (c->id)
         rdma_destroy_id(c->id);
-    pthread_mutex_destroy(&c->lock);
-    memset(c, 0, sizeof *c);
+    c->id = NULL;
+    c->mr = NULL;
+    c->bounce = NULL;
+    c->cq = NULL;
+    c->pd = NULL;
+    c->broken = false;
 }
 
-static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct addrinfo *ai,
-                     struct addrinfo *src, struct verbs_welcome *w)
+static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct verbs_welcome *w)
 {
-    pthread_mutex_init(&c->lock, NULL);
     if (rdma_create_id(v->ec, &c->id, NULL, RDMA_PS_TCP))
         return FMEM_EIO;
-    if (rdma_resolve_addr(c->id, src ? src->ai_addr : NULL, ai->ai_addr, CM_TIMEOUT_MS) ||
+    if (rdma_resolve_addr(c->id, v->has_src ? (struct sockaddr *)&v->src : NULL,
+                          (struct sockaddr *)&v->dst, CM_TIMEOUT_MS) ||
         wait_event(v->ec, RDMA_CM_EVENT_ADDR_RESOLVED, NULL) ||
         rdma_resolve_route(c->id, CM_TIMEOUT_MS) ||
         wait_event(v->ec, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL))
@@ -119,10 +133,9 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct add
     };
     if (rdma_create_qp(c->id, c->pd, &qa))
         return FMEM_EIO;
-    struct verbs_hello hello = {.magic = VERBS_MAGIC, .version = VERBS_VERSION};
     struct rdma_conn_param cp = {
-        .private_data = &hello,
-        .private_data_len = sizeof hello,
+        .private_data = &v->hello,
+        .private_data_len = sizeof v->hello,
         .initiator_depth = 16,
         .responder_resources = 16,
         .retry_count = 7,
@@ -133,6 +146,37 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct add
     if (w->magic != VERBS_MAGIC || w->version != VERBS_VERSION || w->size < w->meta_size)
         return FMEM_ECORRUPT;
     return 0;
+}
+
+/* Replace a queue pair the NIC moved to the error state. */
+static int conn_reset(struct verbs_transport *v, struct verbs_conn *c)
+{
+    conn_close(c);
+    struct verbs_welcome w;
+    pthread_mutex_lock(&v->ec_lock);
+    int rc = conn_open(v, c, &w);
+    pthread_mutex_unlock(&v->ec_lock);
+    if (rc == 0 && (w.meta_rkey != v->w.meta_rkey || w.base != v->w.base))
+        rc = FMEM_ECORRUPT; /* a different memory node answered */
+    if (rc) {
+        conn_close(c);
+        c->broken = true;
+    }
+    return rc;
+}
+
+/* Remote address and key of an operation. */
+static bool target(const struct verbs_transport *v, const struct tp_op *op, uint64_t *raddr,
+                   uint32_t *rkey)
+{
+    if (v->t.wkeys_off && op->off >= v->t.wkeys_off) {
+        *raddr = v->w.wk_base + (op->off - v->t.wkeys_off);
+        *rkey = op->rkey ? op->rkey : v->w.wk_rkey;
+    } else {
+        *raddr = v->w.base + op->off;
+        *rkey = op->rkey ? op->rkey : v->w.meta_rkey;
+    }
+    return true;
 }
 
 /* Post ops[0..n) (all fitting the bounce buffer and MAX_WR) and wait. */
@@ -153,22 +197,24 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
                                   .lkey = c->mr->lkey};
         wr[i] = (struct ibv_send_wr){.wr_id = i, .sg_list = &sge[i], .num_sge = len ? 1 : 0,
                                      .next = i + 1 < n ? &wr[i + 1] : NULL};
-        uint64_t raddr = v->rbase + op->off;
+        uint64_t raddr;
+        uint32_t rkey;
+        target(v, op, &raddr, &rkey);
         switch (op->kind) {
         case TP_READ:
             wr[i].opcode = IBV_WR_RDMA_READ;
             wr[i].wr.rdma.remote_addr = raddr;
-            wr[i].wr.rdma.rkey = v->rkey;
+            wr[i].wr.rdma.rkey = rkey;
             break;
         case TP_WRITE:
             wr[i].opcode = IBV_WR_RDMA_WRITE;
             wr[i].wr.rdma.remote_addr = raddr;
-            wr[i].wr.rdma.rkey = v->rkey;
+            wr[i].wr.rdma.rkey = rkey;
             break;
         case TP_CAS:
             wr[i].opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
             wr[i].wr.atomic.remote_addr = raddr;
-            wr[i].wr.atomic.rkey = v->rkey;
+            wr[i].wr.atomic.rkey = rkey;
             wr[i].wr.atomic.compare_add = op->expect;
             wr[i].wr.atomic.swap = op->desired;
             break;
@@ -176,8 +222,10 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
         off += len;
     }
     wr[n - 1].send_flags = IBV_SEND_SIGNALED; /* selective signaling */
-    if (ibv_post_send(c->id->qp, wr, &bad))
+    if (ibv_post_send(c->id->qp, wr, &bad)) {
+        c->broken = true;
         return FMEM_EIO;
+    }
     /* wait for the last request, or the first error */
     for (;;) {
         struct ibv_wc wc;
@@ -193,8 +241,14 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
                 while (ibv_poll_cq(c->cq, 1, &rest) == 0 || rest.wr_id != n - 1)
                     ;
             }
+            c->broken = true;
+            if (getenv("FMEM_DEBUG"))
+                fprintf(stderr, "fmem: rdma: %s\n", ibv_wc_status_str(wc.status));
             errno = EACCES;
-            return wc.status == IBV_WC_REM_ACCESS_ERR ? FMEM_EACCES : FMEM_EIO;
+            if (wc.status != IBV_WC_REM_ACCESS_ERR)
+                return FMEM_EIO;
+            atomic_fetch_add(&v->refused, 1);
+            return FMEM_EACCES;
         }
         if (wc.wr_id == n - 1)
             break;
@@ -219,8 +273,12 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
 {
     struct verbs_transport *v = (struct verbs_transport *)t;
     for (size_t i = 0; i < n; i++) {
-        uint64_t len = ops[i].kind == TP_CAS ? 8 : ops[i].len;
-        if (ops[i].off > t->size || len > t->size - ops[i].off)
+        uint64_t len = ops[i].kind == TP_CAS ? 8 : ops[i].len, off = ops[i].off, end = t->size;
+        if (t->wkeys_off && off >= t->wkeys_off) {
+            off -= t->wkeys_off;
+            end = t->wkeys_size;
+        }
+        if (off > end || len > end - off)
             return FMEM_EINVAL;
         if (ops[i].kind == TP_CAS && (ops[i].off & 7))
             return FMEM_EINVAL;
@@ -232,6 +290,8 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
     size_t bounce_off[MAX_WR], nchain = 0, used = 0;
     int rc = 0;
     pthread_mutex_lock(&c->lock);
+    if (c->broken)
+        rc = conn_reset(v, c);
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct tp_op *op = &ops[i];
         uint64_t done = 0, total = op->kind == TP_CAS ? 8 : op->len;
@@ -271,51 +331,96 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
 static void verbs_close(struct transport *t)
 {
     struct verbs_transport *v = (struct verbs_transport *)t;
-    for (unsigned i = 0; i < v->nconn; i++)
+    for (unsigned i = 0; i < v->nconn; i++) {
         conn_close(&v->conn[i]);
+        pthread_mutex_destroy(&v->conn[i].lock);
+    }
     if (v->ec)
         rdma_destroy_event_channel(v->ec);
+    pthread_mutex_destroy(&v->ec_lock);
     free(v);
 }
 
 static const struct transport_ops verbs_ops = {.batch = verbs_batch, .close = verbs_close};
 
-int verbs_transport_connect(const char *host, const char *port, const char *src,
-                            struct transport **out)
+/* The memory node's token: 32 hex digits in a file only services can read. */
+int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES])
 {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai, *sai = NULL;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return FMEM_EACCES;
+    char hex[2 * VERBS_TOKEN_BYTES + 2] = {0};
+    int ok = fgets(hex, sizeof hex, f) != NULL;
+    fclose(f);
+    for (unsigned i = 0; ok && i < VERBS_TOKEN_BYTES; i++) {
+        unsigned b;
+        if (sscanf(hex + 2 * i, "%2x", &b) != 1)
+            ok = 0;
+        token[i] = (uint8_t)b;
+    }
+    return ok ? 0 : FMEM_EINVAL;
+}
+
+static int resolve(const char *host, const char *port, struct sockaddr_storage *out)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
     if (getaddrinfo(host, port, &hints, &ai))
         return FMEM_EURI;
-    if (src && getaddrinfo(src, NULL, &hints, &sai)) {
-        freeaddrinfo(ai);
-        return FMEM_EURI;
-    }
+    memcpy(out, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    return 0;
+}
+
+int verbs_transport_connect(const struct verbs_connect_params *p, struct transport **out)
+{
     struct verbs_transport *v = calloc(1, sizeof *v);
-    int rc = v ? 0 : FMEM_ENOMEM;
+    if (!v)
+        return FMEM_ENOMEM;
+    pthread_mutex_init(&v->ec_lock, NULL);
+    for (unsigned i = 0; i < NCONN; i++)
+        pthread_mutex_init(&v->conn[i].lock, NULL);
+    v->hello = (struct verbs_hello){.magic = VERBS_MAGIC, .version = VERBS_VERSION,
+                                    .role = p->role};
+    int rc = resolve(p->host, p->port, &v->dst);
+    if (rc == 0 && p->src) {
+        rc = resolve(p->src, NULL, &v->src);
+        v->has_src = true;
+    }
+    if (rc == 0 && p->role != VERBS_ROLE_APP)
+        rc = p->token_path ? verbs_token_read(p->token_path, v->hello.token) : FMEM_EACCES;
     if (rc == 0 && !(v->ec = rdma_create_event_channel()))
         rc = FMEM_EIO;
-    struct verbs_welcome w = {0}, w0 = {0};
+    struct verbs_welcome w = {0};
     for (unsigned i = 0; rc == 0 && i < NCONN; i++) {
-        rc = conn_open(v, &v->conn[i], ai, sai, i ? &w : &w0);
-        if (rc == 0 && i && (w.rkey != w0.rkey || w.base != w0.base || w.size != w0.size))
+        rc = conn_open(v, &v->conn[i], i ? &w : &v->w);
+        if (rc == 0 && i && (w.meta_rkey != v->w.meta_rkey || w.base != v->w.base ||
+                             w.size != v->w.size))
             rc = FMEM_ECORRUPT;
         v->nconn = i + 1;
     }
-    freeaddrinfo(ai);
-    if (sai)
-        freeaddrinfo(sai);
     if (rc) {
-        if (v)
-            verbs_close(&v->t);
+        verbs_close(&v->t);
         return rc;
     }
-    v->rbase = w0.base;
-    v->rkey = w0.rkey;
     v->t.ops = &verbs_ops;
-    v->t.size = w0.size;
-    v->t.meta_size = w0.meta_size;
+    v->t.size = v->w.size;
+    v->t.meta_size = v->w.meta_size;
     v->t.base = NULL; /* no direct mapping */
     v->t.name = "verbs";
+    if (v->w.wk_size) { /* window-key table, addressed after the pool */
+        v->t.wkeys_off = (v->w.size + 4095) & ~UINT64_C(4095);
+        v->t.wkeys_size = v->w.wk_size;
+    }
     *out = &v->t;
     return 0;
+}
+
+uint64_t verbs_transport_refused(struct transport *t)
+{
+    return atomic_load(&((struct verbs_transport *)t)->refused);
+}
+
+uint32_t verbs_transport_mr_rkey(const struct transport *t)
+{
+    return ((const struct verbs_transport *)t)->w.mr_rkey;
 }

@@ -7,16 +7,39 @@
 
 #include "transport.h"
 
-/* Connect to the memory node at host:port (librdmacm); src: local address
- * to connect from (selects the device), or NULL. */
-int verbs_transport_connect(const char *host, const char *port, const char *src,
-                            struct transport **out);
+#include "verbs/verbs_proto.h"
+
+struct verbs_connect_params {
+    const char *host, *port;
+    const char *src;        /* local address to connect from (device), or NULL */
+    enum verbs_role role;
+    const char *token_path; /* services: file holding the node's token */
+};
+/* Connect to the memory node at host:port (librdmacm). */
+int verbs_transport_connect(const struct verbs_connect_params *p, struct transport **out);
+/* The region key the memory node reported (it grants no remote access). */
+uint32_t verbs_transport_mr_rkey(const struct transport *t);
+/* Requests the NIC refused with a remote access error (the responder
+ * checked the key and range), since the transport was opened. */
+uint64_t verbs_transport_refused(struct transport *t);
+int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES]);
 
 struct verbs_server;
 /* Register the pool mapped by `pool` (a shm transport: metadata and data
- * back to back) as one memory region and listen on addr:port. */
+ * back to back) as one memory region, bind a window over every aligned
+ * block (two: main and backup), write a fresh token to token_path (mode
+ * 0600) and listen on addr:port. Returns when the windows are bound. */
 int verbs_server_start(struct transport *pool, const char *addr, const char *port,
-                       struct verbs_server **out);
+                       const char *token_path, struct verbs_server **out);
+/* Figures of the window regenerator. */
+struct verbs_server_stats {
+    uint64_t windows;      /* bound now */
+    uint64_t regenerated;  /* windows destroyed and re-bound after frees */
+    uint64_t passes;       /* scans of the window-key table */
+    uint64_t regen_ns;     /* time spent in passes that found work */
+    uint64_t setup_ns;     /* binding every window at start */
+};
+void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *st);
 /* Serve connection events until *stop becomes nonzero. */
 int verbs_server_run(struct verbs_server *s, atomic_int *stop);
 void verbs_server_stop(struct verbs_server *s);

@@ -1,28 +1,45 @@
-/* verbs_proto.h - what a memory node tells a client when it accepts an
- * RDMA connection (librdmacm private data, at most 196 bytes on RC). */
+/* verbs_proto.h - what a client and a memory node tell each other when an
+ * RDMA connection is set up (librdmacm private data: at most 56 bytes in a
+ * connect request and 196 in an accept on RC). */
 #ifndef FMEM_VERBS_PROTO_H
 #define FMEM_VERBS_PROTO_H
 
 #include <stdint.h>
 
 #define VERBS_MAGIC 0x464d454d56524253ull /* "FMEMVRBS" */
-#define VERBS_VERSION 1
+#define VERBS_VERSION 2
+#define VERBS_TOKEN_BYTES 16
 
-/* Client -> memory node (connect request). */
+/* Who connects. Services (and the memory node's own regenerator) prove
+ * they hold the node's secret token and get the keys of the metadata and
+ * the window-key table; applications get no key at all: they reach only
+ * blocks whose window keys their service handed them. */
+enum verbs_role {
+    VERBS_ROLE_SERVICE = 1,
+    VERBS_ROLE_APP = 2,
+    VERBS_ROLE_LOCAL = 3, /* the memory node's regenerator, over loopback */
+};
+
+/* Client -> memory node (connect request), 32 bytes. */
 struct verbs_hello {
     uint64_t magic;
     uint32_t version;
-    uint32_t reserved;
+    uint32_t role;
+    uint8_t token[VERBS_TOKEN_BYTES]; /* services: the node's token */
 };
 
-/* Memory node -> client (accept). All fields little-endian host order. */
+/* Memory node -> client (accept). Keys are 0 for applications. */
 struct verbs_welcome {
     uint64_t magic;
     uint32_t version;
-    uint32_t rkey;       /* key of the region covering the whole pool */
+    uint32_t meta_rkey;  /* window over the pool's metadata */
     uint64_t base;       /* remote address of pool offset 0 */
     uint64_t size;       /* bytes: metadata + data */
     uint64_t meta_size;  /* bytes of metadata; the data follows */
+    uint64_t wk_base;    /* remote address of the window-key table */
+    uint64_t wk_size;    /* its bytes (wkeys.h) */
+    uint32_t wk_rkey;    /* window over it */
+    uint32_t mr_rkey;    /* the region's own key: no remote access (tests) */
 };
 
 #endif

@@ -1,71 +1,386 @@
-/* verbs_server.c - the memory node's RDMA side: the pool (metadata and data,
- * mapped back to back) is registered once as a single memory region, and
- * every accepted connection gets a queue pair on it. After that the memory
- * node's CPU takes no part in allocation: clients use one-sided READ, WRITE
- * and CAS. Connection setup goes through librdmacm. */
+/* verbs_server.c - the memory node's RDMA side. The pool (metadata and data,
+ * mapped back to back) is registered once as a single memory region that
+ * grants no remote access by itself; remote access goes through type-1
+ * memory windows bound over it:
+ *   - one over the metadata and one over the window-key table (wkeys.h),
+ *     whose keys only services holding the node's token are given;
+ *   - two over every aligned block (main and backup), their keys kept in
+ *     the window-key table, which the allocation protocol reads and CASes
+ *     like the capability table.
+ * After setup the memory node's CPU takes no part in allocation; its one
+ * background job is the regenerator: when a free has promoted a backup
+ * window, it destroys the old main window (the freed key dies in the NIC),
+ * binds a fresh window over the block and stores its key as the new
+ * backup. Its CAS goes through the NIC (a loopback connection), because
+ * CPU atomics are not atomic with respect to the NIC's. */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fmem.h"
+#include "layout.h"
 #include "verbs/transport_verbs.h"
 #include "verbs/verbs_proto.h"
+#include "wkeys.h"
+
+#define BIND_DEPTH 128          /* binds in flight on the bind queue pair */
+#define IDLE_SCAN_NS 100000000u /* scan at least this often without a doorbell */
+#define BLOCK_ACCESS (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
 
 struct verbs_server {
     struct transport *pool;
+    char addr[64], port[8], token_path[256];
+    uint8_t token[VERBS_TOKEN_BYTES];
     struct rdma_event_channel *ec;
     struct rdma_cm_id *listen_id;
     struct ibv_pd *pd;
-    struct ibv_mr *mr;
-    struct ibv_cq *cq; /* shared by all connections: nothing is ever polled */
+    struct ibv_mr *mr;       /* the data: local write and window binding only */
+    struct ibv_mr *meta_mr;  /* the metadata, likewise */
+    struct ibv_cq *cq;       /* shared by client connections: never polled */
+    uint64_t nchunks, nentries;
+    _Atomic uint64_t *wk;    /* window-key table (header, then entries) */
+    size_t wk_bytes;
+    struct ibv_mr *wk_mr;
+    struct ibv_mw *meta_mw, *wk_mw;
+    struct ibv_mw *(*mw)[2]; /* per entry: the windows of main and backup */
+    /* the regenerator */
+    struct ibv_qp *bind_qp;  /* server side of the first loopback queue pair */
+    struct ibv_cq *bind_cq;
+    struct transport *local; /* loopback client: CAS through the NIC */
+    pthread_t regen;
+    bool regen_started;
+    atomic_int ready;        /* 1: windows bound; -1: setup failed */
+    atomic_int stop;
+    _Atomic uint64_t windows, regenerated, passes, regen_ns, setup_ns;
 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void say(const char *fmt, const char *a, int e)
+{
+    fprintf(stderr, "fmem: rdma memory node: ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, e ? ": %s\n" : "\n", strerror(e));
+}
+
+/* ---- windows ------------------------------------------------------------ */
+
+/* Bind `n` windows: mws[i] over (addr[i], len[i]) of `mr`. */
+static int bind_windows(struct verbs_server *s, struct ibv_mw **mws, struct ibv_mr *mr,
+                        const uint64_t *addr, const uint64_t *len, int access, size_t n)
+{
+    size_t posted = 0, done = 0;
+    while (done < n) {
+        while (posted < n && posted - done < BIND_DEPTH) {
+            struct ibv_mw_bind b = {
+                .wr_id = posted,
+                .send_flags = IBV_SEND_SIGNALED,
+                .bind_info = {.mr = mr, .addr = addr[posted], .length = len[posted],
+                              .mw_access_flags = (unsigned)access},
+            };
+            int e = ibv_bind_mw(s->bind_qp, mws[posted], &b);
+            if (e) {
+                say("bind a memory window%s", "", e);
+                return FMEM_EIO;
+            }
+            posted++;
+        }
+        struct ibv_wc wc[16];
+        int k = ibv_poll_cq(s->bind_cq, 16, wc);
+        if (k < 0)
+            return FMEM_EIO;
+        for (int i = 0; i < k; i++)
+            if (wc[i].status != IBV_WC_SUCCESS) {
+                say("window bind failed: %s", ibv_wc_status_str(wc[i].status), 0);
+                return FMEM_EIO;
+            }
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+/* The block of entry e: level k such that e is in it, and its chunk. */
+static void entry_block(const struct verbs_server *s, uint64_t e, uint64_t *chunk, unsigned *k)
+{
+    unsigned lv = 0;
+    uint64_t start = 0;
+    while (e >= start + (s->nchunks >> lv)) {
+        start += s->nchunks >> lv;
+        lv++;
+    }
+    *k = lv;
+    *chunk = (e - start) << lv;
+}
+
+static void block_range(const struct verbs_server *s, uint64_t e, uint64_t *addr, uint64_t *len)
+{
+    uint64_t c;
+    unsigned k;
+    entry_block(s, e, &c, &k);
+    *addr = (uintptr_t)s->pool->base + s->pool->meta_size + (c << CHUNK_SHIFT);
+    *len = (uint64_t)FMEM_CHUNK_SIZE << k;
+}
+
+/* Allocate and bind fresh windows for entries ents[0..n) (slot[i] of each). */
+static int fresh_windows(struct verbs_server *s, const uint64_t *ents, const unsigned *slot,
+                         size_t n)
+{
+    struct ibv_mw **mws = calloc(n, sizeof *mws);
+    uint64_t *addr = calloc(n, 8), *len = calloc(n, 8);
+    int rc = mws && addr && len ? 0 : FMEM_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        mws[i] = ibv_alloc_mw(s->pd, IBV_MW_TYPE_1);
+        if (!mws[i]) {
+            say("allocate a memory window%s", "", errno);
+            rc = FMEM_EIO;
+            break;
+        }
+        block_range(s, ents[i], &addr[i], &len[i]);
+    }
+    if (rc == 0)
+        rc = bind_windows(s, mws, s->mr, addr, len, BLOCK_ACCESS, n);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0) {
+            s->mw[ents[i]][slot[i]] = mws[i];
+        } else if (mws && mws[i]) {
+            ibv_dealloc_mw(mws[i]);
+        }
+    }
+    free(mws);
+    free(addr);
+    free(len);
+    return rc;
+}
+
+/* Bind the metadata and table windows and two windows per block. */
+static int bind_all(struct verbs_server *s)
+{
+    uint64_t t0 = now_ns();
+    s->meta_mw = ibv_alloc_mw(s->pd, IBV_MW_TYPE_1);
+    s->wk_mw = ibv_alloc_mw(s->pd, IBV_MW_TYPE_1);
+    if (!s->meta_mw || !s->wk_mw)
+        return FMEM_EIO;
+    uint64_t a = (uintptr_t)s->pool->base, l = s->pool->meta_size;
+    int rc = bind_windows(s, &s->meta_mw, s->meta_mr, &a, &l, BLOCK_ACCESS, 1);
+    a = (uintptr_t)s->wk;
+    l = s->wk_bytes;
+    if (rc == 0)
+        rc = bind_windows(s, &s->wk_mw, s->wk_mr, &a, &l, BLOCK_ACCESS, 1);
+    enum { STEP = 4096 };
+    uint64_t ents[STEP];
+    unsigned slot[STEP];
+    for (uint64_t e0 = 0; rc == 0 && e0 < s->nentries; e0 += STEP / 2) {
+        size_t n = 0;
+        for (uint64_t e = e0; e < s->nentries && e < e0 + STEP / 2; e++) {
+            ents[n] = e, slot[n++] = 0;
+            ents[n] = e, slot[n++] = 1;
+        }
+        rc = fresh_windows(s, ents, slot, n);
+        for (size_t i = 0; rc == 0 && i < n; i += 2) {
+            uint32_t m = s->mw[ents[i]][0]->rkey, b = s->mw[ents[i]][1]->rkey;
+            atomic_store(&s->wk[WK_HDR / 8 + ents[i]], cap_make(m, b));
+        }
+    }
+    atomic_store(&s->windows, 2 * s->nentries + 2);
+    atomic_store(&s->setup_ns, now_ns() - t0);
+    return rc;
+}
+
+/* One pass: every entry whose backup a free took gets a fresh backup; the
+ * window of the revoked key is destroyed first. */
+static uint64_t regen_pass(struct verbs_server *s)
+{
+    enum { STEP = 1024 };
+    uint64_t ents[STEP], vals[STEP], fixed = 0, t0 = now_ns();
+    unsigned slot[STEP];
+    uint64_t e = 0;
+    while (e < s->nentries) {
+        size_t n = 0;
+        for (; e < s->nentries && n < STEP; e++) {
+            uint64_t v = atomic_load(&s->wk[WK_HDR / 8 + e]);
+            if (cap_backup(v) != 0)
+                continue;
+            /* the window that is not the live main one held the freed key */
+            unsigned old = s->mw[e][0] && s->mw[e][0]->rkey == cap_main(v) ? 1 : 0;
+            if (s->mw[e][old]) {
+                ibv_dealloc_mw(s->mw[e][old]);
+                s->mw[e][old] = NULL;
+            }
+            ents[n] = e, slot[n] = old, vals[n++] = v;
+        }
+        if (n == 0)
+            break;
+        if (fresh_windows(s, ents, slot, n))
+            break;
+        struct tp_op ops[STEP];
+        for (size_t i = 0; i < n; i++)
+            ops[i] = (struct tp_op){
+                .kind = TP_CAS,
+                .off = s->local->wkeys_off + WK_HDR + 8 * ents[i],
+                .expect = vals[i],
+                .desired = cap_make(cap_main(vals[i]), s->mw[ents[i]][slot[i]]->rkey),
+                .rkey = s->wk_mw->rkey, /* connected before it was bound */
+            };
+        if (tp_batch(s->local, ops, n))
+            break;
+        for (size_t i = 0; i < n; i++) {
+            if (ops[i].old == vals[i]) {
+                fixed++;
+            } else { /* changed meanwhile (cannot happen: nobody else fills
+                      * backups); drop the window, the next pass retries */
+                ibv_dealloc_mw(s->mw[ents[i]][slot[i]]);
+                s->mw[ents[i]][slot[i]] = NULL;
+            }
+        }
+    }
+    atomic_fetch_add(&s->passes, 1);
+    if (fixed) {
+        atomic_fetch_add(&s->regenerated, fixed);
+        atomic_fetch_add(&s->regen_ns, now_ns() - t0);
+    }
+    return fixed;
+}
+
+static void *regen_main(void *arg)
+{
+    struct verbs_server *s = arg;
+    struct verbs_connect_params cp = {.host = s->addr, .port = s->port,
+                                      .role = VERBS_ROLE_LOCAL, .token_path = s->token_path};
+    int rc = verbs_transport_connect(&cp, &s->local);
+    if (rc == 0 && !s->bind_qp)
+        rc = FMEM_EIO;
+    if (rc == 0)
+        rc = bind_all(s);
+    if (rc) {
+        say("window setup failed (%s)", fmem_strerror(rc), 0);
+        atomic_store(&s->ready, -1);
+        return NULL;
+    }
+    atomic_store(&s->ready, 1);
+    uint64_t bell = atomic_load(&s->wk[0]), last = now_ns();
+    while (!atomic_load(&s->stop)) {
+        uint64_t b = atomic_load(&s->wk[0]), t = now_ns();
+        if (b != bell || t - last > IDLE_SCAN_NS) {
+            bell = b;
+            last = t;
+            regen_pass(s);
+            continue;
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* ---- connections -------------------------------------------------------- */
 
 static int setup_region(struct verbs_server *s, struct ibv_context *ctx)
 {
     if (s->pd)
         return 0;
+    struct ibv_device_attr da;
+    if (ibv_query_device(ctx, &da))
+        return FMEM_EIO;
+    if (!(da.device_cap_flags & IBV_DEVICE_MEM_WINDOW) ||
+        (uint64_t)da.max_mw < 2 * s->nentries + 2) {
+        fprintf(stderr, "fmem: rdma memory node: the device has %d memory windows; a pool of "
+                "%llu chunks needs %llu\n", da.max_mw, (unsigned long long)s->nchunks,
+                (unsigned long long)(2 * s->nentries + 2));
+        return FMEM_ESIZE;
+    }
     s->pd = ibv_alloc_pd(ctx);
     s->cq = s->pd ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
     if (!s->cq)
         return FMEM_EIO;
-    s->mr = ibv_reg_mr(s->pd, s->pool->base, s->pool->size,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                           IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
-                           IBV_ACCESS_MW_BIND);
-    return s->mr ? 0 : FMEM_EIO;
+    /* No remote access through the regions' own keys: only through windows.
+     * Metadata, data and the key table are separate regions because some
+     * NICs check a window's address range against its region rather than
+     * the window (soft-RoCE does): a block key must not reach metadata. */
+    int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
+    char *base = s->pool->base;
+    s->meta_mr = ibv_reg_mr(s->pd, base, s->pool->meta_size, acc);
+    s->mr = ibv_reg_mr(s->pd, base + s->pool->meta_size, s->pool->size - s->pool->meta_size, acc);
+    s->wk_mr = ibv_reg_mr(s->pd, (void *)s->wk, s->wk_bytes, acc);
+    return s->mr && s->meta_mr && s->wk_mr ? 0 : FMEM_EIO;
+}
+
+static int token_ok(const struct verbs_server *s, const uint8_t *t)
+{
+    unsigned diff = 0; /* constant time */
+    for (unsigned i = 0; i < VERBS_TOKEN_BYTES; i++)
+        diff |= t[i] ^ s->token[i];
+    return diff == 0;
 }
 
 static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
 {
     struct rdma_cm_id *id = ev->id;
     const struct verbs_hello *h = ev->param.conn.private_data;
-    if (!h || ev->param.conn.private_data_len < sizeof *h || h->magic != VERBS_MAGIC ||
-        h->version != VERBS_VERSION || setup_region(s, id->verbs)) {
+    bool ok = h && ev->param.conn.private_data_len >= sizeof *h && h->magic == VERBS_MAGIC &&
+              h->version == VERBS_VERSION && setup_region(s, id->verbs) == 0;
+    bool keys = ok && h->role != VERBS_ROLE_APP;
+    if (ok && h->role != VERBS_ROLE_APP && h->role != VERBS_ROLE_SERVICE &&
+        h->role != VERBS_ROLE_LOCAL)
+        ok = false;
+    if (keys && !token_ok(s, h->token))
+        ok = false;
+    /* until the windows are bound only the regenerator may connect */
+    if (ok && h->role != VERBS_ROLE_LOCAL && atomic_load(&s->ready) != 1)
+        ok = false;
+    if (!ok) {
         rdma_reject(id, NULL, 0);
+        rdma_destroy_id(id);
+        return;
+    }
+    bool binder = h->role == VERBS_ROLE_LOCAL && !s->bind_qp;
+    struct ibv_cq *cq = s->cq;
+    if (binder && !(cq = s->bind_cq = ibv_create_cq(id->verbs, 2 * BIND_DEPTH, NULL, NULL, 0))) {
+        rdma_reject(id, NULL, 0);
+        rdma_destroy_id(id);
         return;
     }
     struct ibv_qp_init_attr qa = {
-        .send_cq = s->cq,
-        .recv_cq = s->cq,
+        .send_cq = cq,
+        .recv_cq = cq,
         .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = 16, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+        .cap = {.max_send_wr = binder ? BIND_DEPTH : 16, .max_recv_wr = 1, .max_send_sge = 1,
+                .max_recv_sge = 1},
     };
     if (rdma_create_qp(id, s->pd, &qa)) {
         rdma_reject(id, NULL, 0);
+        rdma_destroy_id(id);
         return;
     }
     struct verbs_welcome w = {
         .magic = VERBS_MAGIC,
         .version = VERBS_VERSION,
-        .rkey = s->mr->rkey,
         .base = (uintptr_t)s->pool->base,
         .size = s->pool->size,
         .meta_size = s->pool->meta_size,
+        .mr_rkey = s->mr->rkey, /* of the data region */
     };
+    if (keys && s->meta_mw) {
+        w.meta_rkey = s->meta_mw->rkey;
+        w.wk_rkey = s->wk_mw->rkey;
+    }
+    if (keys) {
+        w.wk_base = (uintptr_t)s->wk;
+        w.wk_size = s->wk_bytes;
+    }
     struct rdma_conn_param cp = {
         .private_data = &w,
         .private_data_len = sizeof w,
@@ -75,28 +390,95 @@ static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
     if (rdma_accept(id, &cp)) {
         rdma_destroy_qp(id);
         rdma_destroy_id(id);
+        return;
     }
+    if (binder)
+        s->bind_qp = id->qp;
+}
+
+/* Handle one connection event (waiting up to timeout_ms). */
+static int serve_event(struct verbs_server *s, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = s->ec->fd, .events = POLLIN};
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+        return 0;
+    struct rdma_cm_event *ev;
+    if (rdma_get_cm_event(s->ec, &ev))
+        return FMEM_EIO;
+    struct rdma_cm_id *id = ev->id;
+    enum rdma_cm_event_type type = ev->event;
+    if (type == RDMA_CM_EVENT_CONNECT_REQUEST)
+        accept_conn(s, ev);
+    rdma_ack_cm_event(ev);
+    if (type == RDMA_CM_EVENT_DISCONNECTED && id->qp != s->bind_qp) {
+        rdma_disconnect(id);
+        rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+    }
+    return 0;
+}
+
+static int write_token(struct verbs_server *s, const char *path)
+{
+    if (getrandom(s->token, sizeof s->token, 0) != sizeof s->token)
+        return FMEM_EIO;
+    char hex[2 * VERBS_TOKEN_BYTES + 2];
+    for (unsigned i = 0; i < VERBS_TOKEN_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", s->token[i]);
+    strcat(hex, "\n");
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return FMEM_EIO;
+    bool ok = write(fd, hex, strlen(hex)) == (ssize_t)strlen(hex);
+    ok = close(fd) == 0 && ok && rename(tmp, path) == 0;
+    return ok ? 0 : FMEM_EIO;
 }
 
 int verbs_server_start(struct transport *pool, const char *addr, const char *port,
-                       struct verbs_server **out)
+                       const char *token_path, struct verbs_server **out)
 {
-    if (!pool->base)
+    if (!pool->base || !token_path || strlen(token_path) >= 250 || strlen(addr) >= 64 ||
+        strlen(port) >= 8)
         return FMEM_EINVAL;
     struct verbs_server *s = calloc(1, sizeof *s);
     if (!s)
         return FMEM_ENOMEM;
     s->pool = pool;
+    strcpy(s->addr, addr);
+    strcpy(s->port, port);
+    strcpy(s->token_path, token_path);
+    s->nchunks = (pool->size - pool->meta_size) >> CHUNK_SHIFT;
+    s->nentries = wk_entries(s->nchunks);
+    s->wk_bytes = (wk_bytes(s->nchunks) + 4095) & ~(size_t)4095;
+    s->wk = aligned_alloc(4096, s->wk_bytes);
+    s->mw = calloc(s->nentries, sizeof *s->mw);
+    int rc = s->wk && s->mw ? write_token(s, token_path) : FMEM_ENOMEM;
+    if (rc == 0)
+        memset((void *)s->wk, 0, s->wk_bytes);
     struct addrinfo hints = {.ai_family = AF_INET, .ai_flags = AI_PASSIVE}, *ai = NULL;
-    int rc = FMEM_EIO;
-    if (getaddrinfo(addr, port, &hints, &ai))
+    if (rc == 0 && getaddrinfo(addr, port, &hints, &ai))
         rc = FMEM_EURI;
-    else if ((s->ec = rdma_create_event_channel()) &&
-             !rdma_create_id(s->ec, &s->listen_id, NULL, RDMA_PS_TCP) &&
-             !rdma_bind_addr(s->listen_id, ai->ai_addr) && !rdma_listen(s->listen_id, 64))
-        rc = s->listen_id->verbs ? setup_region(s, s->listen_id->verbs) : 0;
+    else if (rc == 0)
+        rc = (s->ec = rdma_create_event_channel()) &&
+                     !rdma_create_id(s->ec, &s->listen_id, NULL, RDMA_PS_TCP) &&
+                     !rdma_bind_addr(s->listen_id, ai->ai_addr) && !rdma_listen(s->listen_id, 64)
+                 ? 0
+                 : FMEM_EIO;
     if (ai)
         freeaddrinfo(ai);
+    if (rc == 0 && s->listen_id->verbs)
+        rc = setup_region(s, s->listen_id->verbs);
+    /* the regenerator connects to us over loopback and binds every window;
+     * serve its connection meanwhile */
+    if (rc == 0 && !(rc = pthread_create(&s->regen, NULL, regen_main, s) ? FMEM_EIO : 0)) {
+        s->regen_started = true;
+        while (rc == 0 && atomic_load(&s->ready) == 0)
+            rc = serve_event(s, 50);
+        if (rc == 0 && atomic_load(&s->ready) < 0)
+            rc = FMEM_EIO;
+    }
     if (rc) {
         verbs_server_stop(s);
         return rc;
@@ -107,40 +489,52 @@ int verbs_server_start(struct transport *pool, const char *addr, const char *por
 
 int verbs_server_run(struct verbs_server *s, atomic_int *stop)
 {
-    struct pollfd pfd = {.fd = s->ec->fd, .events = POLLIN};
     while (!atomic_load(stop)) {
-        if (poll(&pfd, 1, 100) <= 0)
-            continue;
-        struct rdma_cm_event *ev;
-        if (rdma_get_cm_event(s->ec, &ev))
-            return FMEM_EIO;
-        struct rdma_cm_id *id = ev->id;
-        enum rdma_cm_event_type type = ev->event;
-        if (type == RDMA_CM_EVENT_CONNECT_REQUEST)
-            accept_conn(s, ev);
-        rdma_ack_cm_event(ev);
-        if (type == RDMA_CM_EVENT_DISCONNECTED) {
-            rdma_disconnect(id);
-            rdma_destroy_qp(id);
-            rdma_destroy_id(id);
-        }
+        int rc = serve_event(s, 100);
+        if (rc)
+            return rc;
     }
     return 0;
+}
+
+void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *st)
+{
+    st->windows = atomic_load(&s->windows);
+    st->regenerated = atomic_load(&s->regenerated);
+    st->passes = atomic_load(&s->passes);
+    st->regen_ns = atomic_load(&s->regen_ns);
+    st->setup_ns = atomic_load(&s->setup_ns);
 }
 
 void verbs_server_stop(struct verbs_server *s)
 {
     if (!s)
         return;
+    atomic_store(&s->stop, 1);
+    if (s->regen_started)
+        pthread_join(s->regen, NULL);
+    if (s->local)
+        tp_close(s->local);
+    for (uint64_t e = 0; s->mw && e < s->nentries; e++)
+        for (int i = 0; i < 2; i++)
+            if (s->mw[e][i])
+                ibv_dealloc_mw(s->mw[e][i]);
+    if (s->meta_mw)
+        ibv_dealloc_mw(s->meta_mw);
+    if (s->wk_mw)
+        ibv_dealloc_mw(s->wk_mw);
     if (s->mr)
         ibv_dereg_mr(s->mr);
-    if (s->cq)
-        ibv_destroy_cq(s->cq);
-    if (s->pd)
-        ibv_dealloc_pd(s->pd);
+    if (s->meta_mr)
+        ibv_dereg_mr(s->meta_mr);
+    if (s->wk_mr)
+        ibv_dereg_mr(s->wk_mr);
     if (s->listen_id)
         rdma_destroy_id(s->listen_id);
     if (s->ec)
         rdma_destroy_event_channel(s->ec);
+    /* queue pairs of connections still open go with the process */
+    free(s->mw);
+    free((void *)s->wk);
     free(s);
 }

@@ -1,7 +1,9 @@
 /* verbs_serve - serve a named pool over RDMA for the soft-RoCE tests:
- *   verbs_serve POOL_URI ADDR PORT   (runs until SIGTERM/SIGINT)
- * Creates the pool if needed, registers it as one memory region and
- * accepts connections; prints "ready" once listening. */
+ *   verbs_serve POOL_URI ADDR PORT TOKEN_FILE   (runs until SIGTERM/SIGINT)
+ * Creates the pool if needed, registers it as one memory region, binds its
+ * windows, writes the services' token to TOKEN_FILE and accepts
+ * connections; prints "ready" once listening and the regenerator's figures
+ * when stopped. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,8 +22,8 @@ static void on_signal(int sig)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: verbs_serve POOL_URI ADDR PORT\n");
+    if (argc != 5) {
+        fprintf(stderr, "usage: verbs_serve POOL_URI ADDR PORT TOKEN_FILE\n");
         return 2;
     }
     fmem_pool *p;
@@ -31,7 +33,7 @@ int main(int argc, char **argv)
         return 1;
     }
     struct verbs_server *s;
-    rc = verbs_server_start(p->nodes[0]->tp, argv[2], argv[3], &s);
+    rc = verbs_server_start(p->nodes[0]->tp, argv[2], argv[3], argv[4], &s);
     if (rc) {
         fprintf(stderr, "verbs_serve: listen %s:%s: %s\n", argv[2], argv[3], fmem_strerror(rc));
         return 1;
@@ -39,9 +41,16 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    printf("ready\n");
+    struct verbs_server_stats st;
+    verbs_server_get_stats(s, &st);
+    printf("ready: %llu windows bound in %.1f ms\n", (unsigned long long)st.windows,
+           st.setup_ns / 1e6);
     fflush(stdout);
     rc = verbs_server_run(s, &stop);
+    verbs_server_get_stats(s, &st);
+    printf("regenerator: %llu windows re-bound in %llu passes, %.1f us each\n",
+           (unsigned long long)st.regenerated, (unsigned long long)st.passes,
+           st.regenerated ? st.regen_ns / 1e3 / st.regenerated : 0.0);
     verbs_server_stop(s);
     fmem_close(p);
     return rc ? 1 : 0;

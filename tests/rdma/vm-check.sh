@@ -1,24 +1,30 @@
 #!/bin/sh
-# Runs inside the soft-RoCE VM (see check-rdma.sh): the memory node serves a
-# pool on rxa (192.168.77.1); the clients connect from rxb (192.168.77.2)
-# and run the transport-independent conformance suite over RDMA.
+# Runs inside the soft-RoCE VM (make check-rdma): the memory node serves a
+# pool on rxa (192.168.77.1) with a window per block; the clients run the
+# transport-independent conformance suite over RDMA, then the key-security
+# tests (an application-role connection trying keys it was not given).
 set -u
 B=${1:-.}
 log=/tmp/verbs_serve.log
-"$B/tests/rdma/verbs_serve" "shm:/fmem-rdma?size=256M" 192.168.77.1 7471 >"$log" 2>&1 &
+token=/tmp/fmem-rdma.token
+"$B/tests/rdma/verbs_serve" "shm:/fmem-rdma?size=64M" 192.168.77.1 7471 $token >"$log" 2>&1 &
 server=$!
 i=0
 until grep -q ready "$log" 2>/dev/null; do
     i=$((i + 1))
-    if [ $i -gt 100 ] || ! kill -0 $server 2>/dev/null; then
+    if [ $i -gt 600 ] || ! kill -0 $server 2>/dev/null; then
         echo "check-rdma: memory node did not start:"; cat "$log"; exit 1
     fi
     sleep 0.1
 done
 # clients take the default route to the memory node (see docs/verbs-notes.md:
 # traffic between the two rxe devices of one namespace is dropped)
-export FMEM_TEST_URI="rdma://192.168.77.1:7471"
+export FMEM_TEST_URI="rdma://192.168.77.1:7471?token=$token"
 rc=0
 "$B/tests/test_conformance" || rc=1
+export FMEM_TEST_RDMA="192.168.77.1 7471 $token" FMEM_TEST_RXE=1
+"$B/tests/rdma/test_security" || rc=$((rc + 2))
 kill $server; wait $server
+cat "$log"
+echo "vm-check: status $rc (1: conformance failed, 2: security failed)"
 exit $rc
