@@ -23,7 +23,8 @@ static int usage(FILE *f)
     fprintf(f,
             "usage: fmemd --mnode PATH [--mnode PATH ...] --socket PATH [options]\n"
             "  --mnode PATH        a memory node's socket (repeat for several; the order\n"
-            "                      is the node order applications see)\n"
+            "                      is the node order applications see), or a memory node\n"
+            "                      served over RDMA: rdma://HOST:PORT?token=FILE\n"
             "  --socket PATH       where applications connect (fmem_open(\"unix:PATH\"))\n"
             "  --mode OCTAL        socket file mode (default 0660): who may connect\n"
             "  --allow-uid UID     may connect besides root and our own uid\n"

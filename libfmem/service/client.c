@@ -4,7 +4,10 @@
  * the pool's data files (never its metadata) are mapped here, so fmem_map,
  * fmem_read and fmem_write run locally after checking that the handle is one
  * this client currently holds. On the shared-memory transport that check is
- * in software: a process that maps the data file can reach all of it. */
+ * in software: a process that maps the data file can reach all of it.
+ * A memory node that fmemd reaches over RDMA is reached from here with an
+ * application queue pair that holds no key: fmem_read and fmem_write post
+ * RDMA requests with the block's window key, which the NIC checks. */
 #include "service/client.h"
 
 #include <errno.h>
@@ -19,6 +22,10 @@
 
 #include "pool_internal.h"
 #include "service/own.h"
+#include "uri.h"
+#ifdef HAVE_RDMA
+#include "verbs/transport_verbs.h"
+#endif
 #include "service/ring.h"
 #include "service/sock.h"
 
@@ -29,7 +36,8 @@ struct svc_client {
     int sock;
     struct ring_hdr *ring;
     unsigned nnodes, app_id;
-    void *data[SVC_MAX_NODES];
+    void *data[SVC_MAX_NODES];              /* shm nodes: the mapped data */
+    struct transport *rdma[SVC_MAX_NODES];  /* RDMA nodes: our queue pairs */
     uint64_t data_bytes[SVC_MAX_NODES];
     pthread_rwlock_t lock; /* guards held */
     struct own_table held;
@@ -114,6 +122,43 @@ static int sock_call(struct svc_client *c, uint16_t type, const void *p, size_t 
     return rc;
 }
 
+static int map_data(struct svc_client *c, unsigned i, int fd, uint64_t sz)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != sz)
+        return FMEM_ECORRUPT;
+    void *b = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (b == MAP_FAILED)
+        return FMEM_EIO;
+    c->data[i] = b;
+    c->data_bytes[i] = sz;
+    return 0;
+}
+
+/* "HOST:PORT" from fmemd: an application queue pair, no key. */
+static int connect_rdma(struct svc_client *c, unsigned i, const char *addr, uint64_t sz)
+{
+#ifdef HAVE_RDMA
+    char host[MSG_RDMA_ADDR_MAX];
+    snprintf(host, sizeof host, "%s", addr);
+    char *colon = strrchr(host, ':');
+    if (!colon || colon == host || !colon[1])
+        return FMEM_EIO;
+    *colon = 0;
+    struct verbs_connect_params cp = {.host = host, .port = colon + 1, .role = VERBS_ROLE_APP};
+    int rc = verbs_transport_connect(&cp, &c->rdma[i]);
+    if (rc)
+        return rc;
+    if (c->rdma[i]->size - c->rdma[i]->meta_size != sz)
+        return FMEM_ECORRUPT;
+    c->data_bytes[i] = sz;
+    return 0;
+#else
+    (void)c, (void)i, (void)addr, (void)sz;
+    return FMEM_ENOTSUP;
+#endif
+}
+
 static int handshake(struct svc_client *c)
 {
     struct msg_app_hello h = {0};
@@ -131,25 +176,23 @@ static int handshake(struct svc_client *c)
     free(buf);
     if (rc == 0 && m.type == MSG_ERROR)
         rc = m.u.error.code;
-    else if (rc == 0 && (m.type != MSG_APP_WELCOME || nfds != m.u.welcome.nnodes + 1))
+    else if (rc == 0 && m.type != MSG_APP_WELCOME)
+        rc = FMEM_EIO;
+    unsigned nshm = 0;
+    for (unsigned i = 0; rc == 0 && i < m.u.welcome.nnodes; i++)
+        nshm += m.u.welcome.rdma_addr[i][0] == 0;
+    if (rc == 0 && nfds != nshm + 1)
         rc = FMEM_EIO;
     if (rc == 0)
         rc = ring_map(fds[0], &c->ring);
-    for (unsigned i = 1; rc == 0 && i < nfds; i++) {
-        struct stat st;
-        uint64_t sz = m.u.welcome.data_bytes[i - 1];
-        if (fstat(fds[i], &st) < 0 || (uint64_t)st.st_size != sz) {
-            rc = FMEM_ECORRUPT;
-            break;
-        }
-        void *b = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
-        if (b == MAP_FAILED) {
-            rc = FMEM_EIO;
-            break;
-        }
-        c->data[i - 1] = b;
-        c->data_bytes[i - 1] = sz;
-        c->nnodes = i;
+    for (unsigned i = 0, f = 1; rc == 0 && i < m.u.welcome.nnodes; i++) {
+        uint64_t sz = m.u.welcome.data_bytes[i];
+        if (m.u.welcome.rdma_addr[i][0])
+            rc = connect_rdma(c, i, m.u.welcome.rdma_addr[i], sz);
+        else
+            rc = map_data(c, i, fds[f++], sz);
+        if (rc == 0)
+            c->nnodes = i + 1;
     }
     if (rc == 0)
         c->app_id = m.u.welcome.app_id;
@@ -162,8 +205,12 @@ static void cl_close(fmem_pool *p)
 {
     struct svc_client *c = C(p);
     if (c) {
-        for (unsigned i = 0; i < c->nnodes; i++)
-            munmap(c->data[i], c->data_bytes[i]);
+        for (unsigned i = 0; i < SVC_MAX_NODES; i++) {
+            if (c->data[i])
+                munmap(c->data[i], c->data_bytes[i]);
+            if (c->rdma[i])
+                tp_close(c->rdma[i]);
+        }
         ring_unmap(c->ring);
         if (c->sock >= 0)
             close(c->sock); /* fmemd frees whatever is still held */
@@ -251,7 +298,7 @@ static int access_check(struct svc_client *c, const fmem_handle *h, uint64_t off
         return rc;
     if (off > h->length || len > h->length - off)
         return FMEM_ERANGE;
-    *where = (char *)c->data[h->node] + h->addr + off;
+    *where = c->data[h->node] ? (char *)c->data[h->node] + h->addr + off : NULL;
     return 0;
 }
 
@@ -259,27 +306,41 @@ static int cl_map(fmem_pool *p, const fmem_handle *h, void **ptr)
 {
     char *w;
     int rc = access_check(C(p), h, 0, 0, &w);
+    if (rc == 0 && !w)
+        rc = FMEM_ENOTSUP; /* over RDMA: fmem_read / fmem_write */
     if (rc == 0)
         *ptr = w;
     return rc;
 }
 
+/* Over RDMA the NIC checks the key again: the local check only spares a
+ * round trip for handles we know are wrong. */
 static int cl_read(fmem_pool *p, const fmem_handle *h, uint64_t off, void *dst, size_t len)
 {
+    struct svc_client *c = C(p);
     char *w;
-    int rc = access_check(C(p), h, off, len, &w);
-    if (rc == 0 && len)
-        memcpy(dst, w, len);
-    return rc;
+    int rc = access_check(c, h, off, len, &w);
+    if (rc || len == 0)
+        return rc;
+    if (!w)
+        return tp_read_key(c->rdma[h->node], c->rdma[h->node]->meta_size + h->addr + off, dst,
+                           len, h->rkey);
+    memcpy(dst, w, len);
+    return 0;
 }
 
 static int cl_write(fmem_pool *p, const fmem_handle *h, uint64_t off, const void *src, size_t len)
 {
+    struct svc_client *c = C(p);
     char *w;
-    int rc = access_check(C(p), h, off, len, &w);
-    if (rc == 0 && len)
-        memcpy(w, src, len);
-    return rc;
+    int rc = access_check(c, h, off, len, &w);
+    if (rc || len == 0)
+        return rc;
+    if (!w)
+        return tp_write_key(c->rdma[h->node], c->rdma[h->node]->meta_size + h->addr + off, src,
+                            len, h->rkey);
+    memcpy(w, src, len);
+    return 0;
 }
 
 static int cl_stats(fmem_pool *p, fmem_stats_t *st)

@@ -78,12 +78,16 @@ static void welcome(struct fmemd *d, struct pending *p, const struct msg *m)
                                 .ring_bytes = RING_BYTES, .max_bytes = d->cfg->app_max_bytes,
                                 .max_allocs = d->cfg->app_max_allocs};
     int fds[SVC_MAX_FDS];
-    fds[0] = rfd;
+    unsigned nfds = 0;
+    fds[nfds++] = rfd;
     for (unsigned i = 0; i < d->nnodes; i++) {
         w.data_bytes[i] = d->nodes[i].data_bytes;
-        fds[i + 1] = shm_transport_data_fd(d->nodes[i].tp);
+        if (d->nodes[i].rdma)
+            snprintf(w.rdma_addr[i], sizeof w.rdma_addr[i], "%s", d->nodes[i].rdma_addr);
+        else
+            fds[nfds++] = shm_transport_data_fd(d->nodes[i].tp);
     }
-    int rc = sock_reply_msg(p->fd, MSG_APP_WELCOME, m->seq, &w, sizeof w, fds, d->nnodes + 1);
+    int rc = sock_reply_msg(p->fd, MSG_APP_WELCOME, m->seq, &w, sizeof w, fds, nfds);
     close(rfd);
     if (rc < 0) {
         ring_unmap(a->ring);

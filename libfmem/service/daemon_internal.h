@@ -44,8 +44,10 @@ struct worker {
 };
 
 struct dnode {
-    const char *path;   /* memory node socket */
-    int fd;             /* -1 while disconnected */
+    const char *path;   /* memory node socket, or rdma://HOST:PORT?token=FILE */
+    bool rdma;          /* reached over RDMA: no socket, no data file */
+    char rdma_addr[MSG_RDMA_ADDR_MAX]; /* HOST:PORT, for applications */
+    int fd;             /* -1 while disconnected (always, over RDMA) */
     unsigned uid;
     struct transport *tp;
     struct node *n;

@@ -9,6 +9,56 @@
 
 #include "service/daemon_internal.h"
 #include "service/sock.h"
+#include "uri.h"
+#ifdef HAVE_RDMA
+#include "verbs/transport_verbs.h"
+#endif
+
+/* A memory node served over RDMA (rdma://HOST:PORT?token=FILE): we run the
+ * allocation protocol on it with the services' token and claim a user id
+ * in its pool; applications get its address and reach their blocks with
+ * queue pairs of their own. There is no socket: no heartbeats either, so
+ * reclaiming a dead service there is `fmem recover` (see docs/service.md). */
+static int open_rdma_node(struct fmemd *d, unsigned i)
+{
+    struct dnode *dn = &d->nodes[i];
+#ifdef HAVE_RDMA
+    struct node_uri u;
+    if (uri_parse(dn->path, &u, 1) != 1 || u.kind != URI_RDMA || !u.token[0] ||
+        strlen(u.path) + strlen(u.port) + 2 > sizeof dn->rdma_addr)
+        return FMEM_EURI;
+    struct verbs_connect_params cp = {.host = u.path, .port = u.port,
+                                      .src = u.src[0] ? u.src : NULL,
+                                      .role = VERBS_ROLE_SERVICE, .token_path = u.token};
+    struct transport *tp;
+    int rc = verbs_transport_connect(&cp, &tp);
+    if (rc)
+        return rc;
+    struct node *nd;
+    rc = node_open(tp, false, 0, &nd); /* claims a user id */
+    if (rc) {
+        tp_close(tp);
+        return rc;
+    }
+    nd->index = i;
+    nd->remote_regen = true;
+    dn->rdma = true;
+    strcat(strcat(strcpy(dn->rdma_addr, u.path), ":"), u.port);
+    dn->tp = tp;
+    dn->n = nd;
+    dn->uid = nd->uid;
+    dn->data_bytes = nd->g.data_size;
+    if (dn->data_bytes > d->max_block)
+        d->max_block = dn->data_bytes;
+    memcpy(dn->pool, dn->rdma_addr, sizeof dn->pool); /* same size */
+    dn->fd = -1;
+    return 0;
+#else
+    (void)d;
+    (void)dn;
+    return FMEM_ENOTSUP; /* built without rdma-core */
+#endif
+}
 
 /* Register with memory node i (resume: keep our user id). 0 or FMEM_E*. */
 static int register_node(struct fmemd *d, unsigned i, bool resume)
@@ -85,8 +135,9 @@ int nodes_connect_all(struct fmemd *d)
     for (unsigned i = 0; i < d->nnodes; i++) {
         d->nodes[i].fd = -1;
         int rc;
-        while ((rc = register_node(d, i, false)) == FMEM_EIO && ring_now_ns() < deadline &&
-               !atomic_load(d->cfg->stop))
+        bool rdma = !strncmp(d->nodes[i].path, "rdma://", 7);
+        while ((rc = rdma ? open_rdma_node(d, i) : register_node(d, i, false)) == FMEM_EIO &&
+               ring_now_ns() < deadline && !atomic_load(d->cfg->stop))
             usleep(50000);
         if (rc) {
             dsay(d, "memory node %s: %s", d->nodes[i].path,
@@ -152,7 +203,7 @@ void nodes_reconnect(struct fmemd *d)
     uint64_t now = ring_now_ns();
     for (unsigned i = 0; i < d->nnodes; i++) {
         struct dnode *dn = &d->nodes[i];
-        if (dn->fd >= 0 || now < dn->next_try_ns)
+        if (dn->rdma || dn->fd >= 0 || now < dn->next_try_ns)
             continue;
         int rc = register_node(d, i, true);
         if (rc == 0) {

@@ -72,6 +72,9 @@ static int check_fields(struct msg *m)
             m->u.welcome.nslots == 0 || m->u.welcome.nslots > RING_SLOTS ||
             m->u.welcome.ring_bytes != RING_BYTES)
             return FMEM_EINVAL;
+        for (unsigned i = 0; i < SVC_MAX_NODES; i++)
+            if (!terminated(m->u.welcome.rdma_addr[i], MSG_RDMA_ADDR_MAX))
+                return FMEM_EINVAL;
         for (unsigned i = 0; i < m->u.welcome.nnodes; i++)
             if (m->u.welcome.data_bytes[i] == 0 ||
                 (m->u.welcome.data_bytes[i] & (FMEM_SECTION_SIZE - 1)) ||

@@ -18,7 +18,7 @@
 #include "fmem.h"
 
 #define MSG_MAGIC 0x56534d46u /* "FMSV" little endian */
-#define MSG_VERSION 1
+#define MSG_VERSION 2
 #define MSG_NAME_MAX 32         /* names carried in messages, NUL included */
 #define MSG_MAX_BYTES 65536     /* largest datagram anyone sends */
 #define MSG_TEXT_MAX (MSG_MAX_BYTES - 64)
@@ -64,14 +64,18 @@ struct msg_app_hello {
     char name[MSG_NAME_MAX]; /* the application's name, for status */
 };
 
+#define MSG_RDMA_ADDR_MAX 64 /* "host:port" of a memory node served over RDMA */
 struct msg_app_welcome {
     uint32_t app_id;
-    uint32_t nnodes;       /* data fds follow the ring fd, one per node */
+    uint32_t nnodes;       /* data fds follow the ring fd, one per shm node */
     uint32_t nslots;       /* request slots in the ring */
     uint32_t ring_bytes;   /* size of the ring file */
     uint64_t max_bytes;    /* this application's quota (0: none) */
     uint64_t max_allocs;
     uint64_t data_bytes[SVC_MAX_NODES];
+    /* nodes served over RDMA: their address (the application connects with
+     * a queue pair of its own and no key); "" for shm nodes (a data fd) */
+    char rdma_addr[SVC_MAX_NODES][MSG_RDMA_ADDR_MAX];
 };
 
 struct msg_status_req {

@@ -24,7 +24,17 @@ rc=0
 "$B/tests/test_conformance" || rc=1
 export FMEM_TEST_RDMA="192.168.77.1 7471 $token" FMEM_TEST_RXE=1
 "$B/tests/rdma/test_security" || rc=$((rc + 2))
+# an fmemd on the same memory node; its applications use their own QPs
+sock=/tmp/fmemd-rdma.sock
+"$B/tools/fmemd" --mnode "rdma://192.168.77.1:7471?token=$token" --socket $sock \
+    >/tmp/fmemd.log 2>&1 &
+fmemd=$!
+i=0
+until [ -S $sock ] || [ $i -gt 300 ]; do i=$((i + 1)); sleep 0.1; done
+FMEM_TEST_SVC=unix:$sock "$B/tests/rdma/test_service_rdma" || rc=$((rc + 4))
+kill $fmemd; wait $fmemd
+cat /tmp/fmemd.log
 kill $server; wait $server
 cat "$log"
-echo "vm-check: status $rc (1: conformance failed, 2: security failed)"
+echo "vm-check: status $rc (bits: 1 conformance, 2 security, 4 service failed)"
 exit $rc
