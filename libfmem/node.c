@@ -97,7 +97,10 @@ int node_claim_uid_for(struct node *n, uint32_t pid, unsigned *uid)
 
 static int claim_uid(struct node *n, unsigned *uid)
 {
-    return node_claim_uid_for(n, (uint32_t)getpid(), uid);
+    uint32_t pid = (uint32_t)getpid();
+    if (n->tp->wkeys_off) /* over RDMA */
+        pid |= NODE_PID_REMOTE;
+    return node_claim_uid_for(n, pid, uid);
 }
 
 uint32_t node_uid_pid(struct node *n, unsigned u)

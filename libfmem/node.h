@@ -54,6 +54,10 @@ static inline uint64_t key_off(const struct node *n, uint64_t c, unsigned log2c)
 }
 static inline uint64_t data_off(const struct node *n, uint64_t c) { return n->g.data_off + (c << CHUNK_SHIFT); }
 
+/* A user slot claimed over RDMA holds the claimer's pid with this bit set:
+ * it is a process on another machine, not one the memory node can watch. */
+#define NODE_PID_REMOTE 0x80000000u
+
 /* node.c */
 int node_open(struct transport *tp, bool created, unsigned uid, struct node **out);
 void node_close(struct node *n);

@@ -29,6 +29,11 @@ static int usage(FILE *f)
             "  --regen-ms N        key regenerator period (default 100)\n"
             "  --allow-uid UID     may register besides root and our own uid\n"
             "  --no-fence          do not kill a silent service before recovering it\n"
+            "  --rdma ADDR:PORT    serve the pool over RDMA verbs instead of handing its\n"
+            "                      files to local services: a memory window per block,\n"
+            "                      services connect with rdma://ADDR:PORT?token=FILE\n"
+            "  --token FILE        where to write the services' token (default:\n"
+            "                      the socket path + .token, mode 0600)\n"
             "  -v, --verbose\n");
     return f == stderr ? 2 : 0;
 }
@@ -54,7 +59,8 @@ int main(int argc, char **argv)
         {"pool", 1, 0, 'p'},       {"socket", 1, 0, 's'}, {"mode", 1, 0, 'm'},
         {"heartbeat-ms", 1, 0, 'H'}, {"miss", 1, 0, 'M'}, {"regen-ms", 1, 0, 'r'},
         {"allow-uid", 1, 0, 'u'},  {"no-fence", 0, 0, 'F'}, {"verbose", 0, 0, 'v'},
-        {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+        {"rdma", 1, 0, 'R'},       {"token", 1, 0, 'T'},  {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         switch (o) {
@@ -66,6 +72,8 @@ int main(int argc, char **argv)
         case 'r': c.regen_ms = num("--regen-ms", optarg, 10, 60000); break;
         case 'u': c.allow_uid = (uid_t)num("--allow-uid", optarg, 10, 0xFFFFFFFEu); break;
         case 'F': c.no_fence = true; break;
+        case 'R': c.rdma_addr = optarg; break;
+        case 'T': c.token_path = optarg; break;
         case 'v': c.verbose = true; break;
         case 'h': return usage(stdout);
         default: return usage(stderr);
@@ -74,6 +82,11 @@ int main(int argc, char **argv)
     if (!c.pool_uri || !c.socket_path || optind != argc || !c.heartbeat_ms || !c.miss_limit ||
         !c.regen_ms)
         return usage(stderr);
+    char token[4200];
+    if (c.rdma_addr && !c.token_path) {
+        snprintf(token, sizeof token, "%s.token", c.socket_path);
+        c.token_path = token;
+    }
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

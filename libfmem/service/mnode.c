@@ -28,6 +28,9 @@
 #include "service/proto.h"
 #include "service/ring.h"
 #include "service/sock.h"
+#ifdef HAVE_RDMA
+#include "verbs/transport_verbs.h"
+#endif
 
 #define MAX_CONNS 256
 #define MAX_HISTORY 16
@@ -62,6 +65,10 @@ struct history {
 
 struct mnode {
     const struct mnode_config *cfg;
+    struct verbs_server *vs; /* serving over RDMA */
+    pthread_t vs_thr;
+    bool vs_started;
+    atomic_int vs_stop;
     fmem_pool *pool;
     struct node *node;
     int lfd;
@@ -203,7 +210,8 @@ static void sweep_dead_users(struct mnode *m)
 {
     for (unsigned u = 1; u < m->node->g.nusers; u++) {
         uint32_t pid = node_uid_pid(m->node, u);
-        if (!pid || u == m->node->uid || pid_alive(pid))
+        /* users over RDMA live elsewhere: fmem recover reclaims them */
+        if (!pid || u == m->node->uid || (pid & NODE_PID_REMOTE) || pid_alive(pid))
             continue;
         bool held = false;
         for (unsigned i = 0; i < m->nconns; i++)
@@ -245,6 +253,12 @@ static void on_register(struct mnode *m, struct conn *c, const struct msg *msg)
 {
     if (c->service) {
         sock_send_error(c->fd, msg->seq, FMEM_EINVAL, "already registered");
+        return;
+    }
+    if (m->vs) {
+        /* NIC atomics and CPU atomics on one pool do not mix */
+        sock_send_error(c->fd, msg->seq, FMEM_ENOTSUP,
+                        "this memory node serves its pool over RDMA only");
         return;
     }
     unsigned uid = 0;
@@ -458,6 +472,66 @@ static void check_heartbeats(struct mnode *m)
     }
 }
 
+/* ---- RDMA ------------------------------------------------------------------ */
+
+#ifdef HAVE_RDMA
+static void *verbs_main(void *arg)
+{
+    struct mnode *m = arg;
+    if (verbs_server_run(m->vs, &m->vs_stop))
+        say(m, "rdma: connection events failed");
+    return NULL;
+}
+#endif
+
+static int start_rdma(struct mnode *m)
+{
+#ifdef HAVE_RDMA
+    char addr[64];
+    const char *colon = strrchr(m->cfg->rdma_addr, ':');
+    if (!colon || colon == m->cfg->rdma_addr || !colon[1] ||
+        (size_t)(colon - m->cfg->rdma_addr) >= sizeof addr) {
+        say(m, "--rdma %s: want ADDR:PORT", m->cfg->rdma_addr);
+        return FMEM_EURI;
+    }
+    memcpy(addr, m->cfg->rdma_addr, (size_t)(colon - m->cfg->rdma_addr));
+    addr[colon - m->cfg->rdma_addr] = 0;
+    int rc = verbs_server_start(m->node->tp, addr, colon + 1, m->cfg->token_path, &m->vs);
+    if (rc) {
+        say(m, "rdma %s: %s", m->cfg->rdma_addr, fmem_strerror(rc));
+        return rc;
+    }
+    m->vs_started = pthread_create(&m->vs_thr, NULL, verbs_main, m) == 0;
+    struct verbs_server_stats st;
+    verbs_server_get_stats(m->vs, &st);
+    say(m, "rdma: serving on %s, %llu windows bound in %.1f ms, token in %s", m->cfg->rdma_addr,
+        (unsigned long long)st.windows, st.setup_ns / 1e6, m->cfg->token_path);
+    return m->vs_started ? 0 : FMEM_EIO;
+#else
+    say(m, "built without rdma-core: --rdma is not available");
+    return FMEM_ENOTSUP;
+#endif
+}
+
+static void stop_rdma(struct mnode *m)
+{
+#ifdef HAVE_RDMA
+    atomic_store(&m->vs_stop, 1);
+    if (m->vs_started)
+        pthread_join(m->vs_thr, NULL);
+    if (m->vs) {
+        struct verbs_server_stats st;
+        verbs_server_get_stats(m->vs, &st);
+        say(m, "rdma: %llu windows re-bound after frees (%.1f us each)",
+            (unsigned long long)st.regenerated,
+            st.regenerated ? st.regen_ns / 1e3 / st.regenerated : 0.0);
+        verbs_server_stop(m->vs);
+    }
+#else
+    (void)m;
+#endif
+}
+
 /* ---- main loop ----------------------------------------------------------- */
 
 static int open_pool(struct mnode *m)
@@ -487,6 +561,8 @@ int mnode_run(const struct mnode_config *cfg)
     pthread_cond_init(&m->cv, NULL);
     int status = 1;
     if (open_pool(m))
+        goto out;
+    if (cfg->rdma_addr && start_rdma(m))
         goto out;
     m->lfd = sock_listen(cfg->socket_path, cfg->socket_mode);
     if (m->lfd < 0) {
@@ -535,6 +611,7 @@ int mnode_run(const struct mnode_config *cfg)
     m->nconns = 0;
     status = 0;
 out:
+    stop_rdma(m);
     atomic_store(&m->quit, 1);
     pthread_mutex_lock(&m->mu);
     pthread_cond_broadcast(&m->cv);

@@ -22,6 +22,8 @@ struct mnode_config {
     unsigned sweep_ms;         /* dead-user sweep period (default 5000) */
     bool no_fence;             /* do not SIGKILL a silent service first */
     uid_t allow_uid;           /* besides root and our own uid; -1: none */
+    const char *rdma_addr;     /* ADDR:PORT: serve the pool over RDMA verbs */
+    const char *token_path;    /*  and write the services' token here */
     bool verbose;
     _Atomic int *stop;         /* set non-zero to shut down cleanly */
 };

@@ -1,16 +1,17 @@
 #!/bin/sh
-# Runs inside the soft-RoCE VM (make check-rdma): the memory node serves a
-# pool on rxa (192.168.77.1) with a window per block; the clients run the
+# Runs inside the soft-RoCE VM (make check-rdma): fmem-mnode serves a pool
+# on rxa (192.168.77.1) with a window per block; the clients run the
 # transport-independent conformance suite over RDMA, then the key-security
 # tests (an application-role connection trying keys it was not given).
 set -u
 B=${1:-.}
-log=/tmp/verbs_serve.log
+log=/tmp/fmem-mnode.log
 token=/tmp/fmem-rdma.token
-"$B/tests/rdma/verbs_serve" "shm:/fmem-rdma?size=64M" 192.168.77.1 7471 $token >"$log" 2>&1 &
+"$B/tools/fmem-mnode" --pool "shm:/fmem-rdma?size=64M" --socket /tmp/fmem-mnode.sock \
+    --rdma 192.168.77.1:7471 --token $token -v >"$log" 2>&1 &
 server=$!
 i=0
-until grep -q ready "$log" 2>/dev/null; do
+until grep -q "rdma: serving" "$log" 2>/dev/null; do
     i=$((i + 1))
     if [ $i -gt 600 ] || ! kill -0 $server 2>/dev/null; then
         echo "check-rdma: memory node did not start:"; cat "$log"; exit 1
@@ -34,7 +35,12 @@ until [ -S $sock ] || [ $i -gt 300 ]; do i=$((i + 1)); sleep 0.1; done
 FMEM_TEST_SVC=unix:$sock "$B/tests/rdma/test_service_rdma" || rc=$((rc + 4))
 kill $fmemd; wait $fmemd
 cat /tmp/fmemd.log
+# a memory node serving over RDMA hands its files to no local service
+if "$B/tools/fmemd" --mnode /tmp/fmem-mnode.sock --socket /tmp/fmemd-shm.sock \
+    --connect-ms 2000 >/tmp/fmemd-shm.log 2>&1 || ! grep -q "does not support" /tmp/fmemd-shm.log; then
+    echo "check-rdma: a shm service was not refused:"; cat /tmp/fmemd-shm.log; rc=$((rc + 8))
+fi
 kill $server; wait $server
 cat "$log"
-echo "vm-check: status $rc (bits: 1 conformance, 2 security, 4 service failed)"
+echo "vm-check: status $rc (bits: 1 conformance, 2 security, 4 service, 8 shm refusal failed)"
 exit $rc
