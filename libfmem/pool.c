@@ -123,6 +123,7 @@ const char *fmem_strerror(int err)
     case FMEM_ENOTSUP: return "the transport does not support this operation";
     case FMEM_ERANGE: return "offset or length outside the allocation";
     case FMEM_EBUSY: return "no free user id, or the resource is busy";
+    case FMEM_EQUOTA: return "the application's allocation quota is reached";
     default: return "unknown fmem error";
     }
 }

@@ -27,7 +27,7 @@ static int failed(int rc, const char *what)
         gone = 1;
         return 1;
     }
-    if (rc && rc != FMEM_ENOMEM && rc != FMEM_EBUSY) {
+    if (rc && rc != FMEM_ENOMEM && rc != FMEM_EQUOTA) {
         fprintf(stderr, "soak_app: %s: %s\n", what, fmem_strerror(rc));
         bad = 1;
         return 1;

@@ -164,9 +164,9 @@ Test(service, quotas)
     fmem_handle h[9];
     for (int i = 0; i < 8; i++)
         cr_assert_eq(fmem_alloc(p, 4096, &h[i]), 0);
-    cr_assert_eq(fmem_alloc(p, 4096, &h[8]), FMEM_EBUSY, "over the allocation quota");
+    cr_assert_eq(fmem_alloc(p, 4096, &h[8]), FMEM_EQUOTA, "over the allocation quota");
     cr_assert_eq(fmem_free(p, &h[0]), 0);
-    cr_assert_eq(fmem_alloc(p, 512 << 10, &h[0]), FMEM_EBUSY, "over the byte quota");
+    cr_assert_eq(fmem_alloc(p, 512 << 10, &h[0]), FMEM_EQUOTA, "over the byte quota");
     cr_assert_eq(fmem_alloc(p, 4096, &h[0]), 0);
     /* another application has its own quota */
     fmem_pool *q = app(0);

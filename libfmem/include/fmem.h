@@ -48,6 +48,8 @@ enum fmem_error {
     FMEM_ENOTSUP = -10,    /* the transport cannot do this */
     FMEM_ERANGE = -11,     /* offset or length outside the allocation */
     FMEM_EBUSY = -12,      /* no free user id, or the resource is in use */
+    FMEM_EQUOTA = -13,     /* the application's quota (bytes or allocations)
+                            * set by its allocation service is reached */
 };
 
 /* An opened pool: an embedded pool, or (later) a connection to a service. */

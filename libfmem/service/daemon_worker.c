@@ -24,7 +24,7 @@ static int do_alloc(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out
     if ((c->app_max_bytes && a->bytes + bytes > c->app_max_bytes) ||
         (c->app_max_allocs && a->blocks + 1 > c->app_max_allocs)) {
         a->refused_quota++;
-        return FMEM_EBUSY;
+        return FMEM_EQUOTA;
     }
     unsigned start = atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
     int rc = FMEM_ENOMEM;

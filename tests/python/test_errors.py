@@ -14,7 +14,7 @@ def test_exception_hierarchy():
         fmem.ClosedError: ValueError, fmem.RangeError: IndexError,
         fmem.BufferInUseError: BufferError, fmem.CorruptPoolError: OSError,
         fmem.TransportError: OSError, fmem.NotSupportedError: OSError,
-        fmem.BusyError: OSError, fmem.AccessError: PermissionError,
+        fmem.BusyError: OSError, fmem.QuotaError: OSError, fmem.AccessError: PermissionError,
     }
     for cls, builtin in pairs.items():
         assert issubclass(cls, fmem.Error) and issubclass(cls, builtin), cls

@@ -21,7 +21,7 @@ from ._fmem import (  # noqa: F401
     CHUNK_SIZE, DEFAULT_POOL_SIZE, HAVE_NUMPY, LIBRARY_VERSION, SECTION_SIZE, SPAN_SIZE,
     AccessError, BadHandleError, Buffer, BufferInUseError, BusyError, Client,
     ClosedError, CorruptPoolError, DoubleFreeError, Error, InvalidArgumentError,
-    NotSupportedError, OutOfMemoryError, Pool, RangeError, Region, SizeError,
+    NotSupportedError, OutOfMemoryError, Pool, QuotaError, RangeError, Region, SizeError,
     TransportError, URIError, arena_allocator_stats, connect, default_pool,
     install_arena_allocator, numpy_arrays, open, size_round, strerror, unlink,
 )
@@ -32,7 +32,8 @@ __all__ = [
     "CHUNK_SIZE", "DEFAULT_POOL_SIZE", "HAVE_NUMPY", "LIBRARY_VERSION", "SECTION_SIZE",
     "SPAN_SIZE", "AccessError", "BadHandleError", "Buffer", "BufferInUseError", "BusyError",
     "Client", "ClosedError", "CorruptPoolError", "DoubleFreeError", "Error",
-    "InvalidArgumentError", "NotSupportedError", "OutOfMemoryError", "Pool", "RangeError",
+    "InvalidArgumentError", "NotSupportedError", "OutOfMemoryError", "Pool", "QuotaError",
+    "RangeError",
     "Region", "SizeError", "TransportError", "URIError", "arena_allocator_stats", "connect",
     "default_pool", "install_arena_allocator", "numpy_arrays", "open", "size_round",
     "strerror", "unlink",

@@ -45,7 +45,9 @@ static const struct exc_spec specs[] = {
     {"NotSupportedError", FMEM_ENOTSUP, &PyExc_OSError, &FpExc_NotSupported,
      "The transport (or this build) cannot do this."},
     {"BusyError", FMEM_EBUSY, &PyExc_OSError, &FpExc_Busy,
-     "No free user id, a quota is reached, or the resource is already in use."},
+     "No free user id, or the resource is already in use."},
+    {"QuotaError", FMEM_EQUOTA, &PyExc_OSError, NULL,
+     "The application's allocation quota (bytes or allocations) is reached."},
     {"AccessError", FMEM_EACCES, &PyExc_PermissionError, NULL,
      "The key does not grant access, or the process lacks a permission (userfaultfd)."},
 };
