@@ -337,7 +337,7 @@ Test(faults, sigkill_application)
     cr_assert_gt(env_pool_allocated(&E), 0);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    cr_assert(env_wait_allocated(&E, 0, 5000), "allocations of the killed application remain");
+    cr_assert(env_wait_allocated(&E, 0, 30000), "allocations of the killed application remain");
     cr_assert_eq(env_verify_errors(&E), 0);
     fmem_pool *p = app(0);
     cr_assert_eq(service_ping(p), 0);
