@@ -8,13 +8,18 @@
  * the child's user id and checks: the verifier is clean, only the parent's
  * blocks are still allocated and their data and keys are intact (nothing
  * lost, nothing owned twice), and after freeing them the whole pool can be
- * allocated at once (nothing leaked). */
+ * allocated at once (nothing leaked).
+ *
+ * The pool is a fresh shm pool per case, or $FMEM_TEST_URI (the soft-RoCE
+ * harness runs this file over RDMA against one memory node; every case then
+ * leaves that pool as it found it). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <fmem.h>
 #include <fmem_admin.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -22,7 +27,10 @@
 
 #include "crashpoint.h"
 
-#define POOL_MB 32
+#define POOL_MB 32    /* the shm pool; over RDMA, whatever the node has */
+#define MAX_POOL_MB 64
+
+static unsigned pool_mb = POOL_MB;
 
 static enum crash_point target;
 static int hits_left;
@@ -65,14 +73,14 @@ static void child_script(const char *uri, unsigned *uid_out)
     /* pressure: fill with 64 KiB blocks (spans attach), free them (spans stay
      * attached but empty), then ask for 2 MiB blocks (spans are released) */
     for (int round = 0; round < 3; round++) {
-        static fmem_handle h[POOL_MB * 16];
+        static fmem_handle h[MAX_POOL_MB * 16];
         int n = 0;
-        while (n < POOL_MB * 16 && fmem_alloc(p, 65536, &h[n]) == 0)
+        while (n < (int)pool_mb * 16 && fmem_alloc(p, 65536, &h[n]) == 0)
             n++;
         for (int i = 0; i < n; i++)
             must(fmem_free(p, &h[i]), "free 64K");
         n = 0;
-        while (n < POOL_MB / 2 && fmem_alloc(p, 2 << 20, &h[n]) == 0)
+        while (n < (int)pool_mb / 2 && fmem_alloc(p, 2 << 20, &h[n]) == 0)
             n++;
         for (int i = 0; i < n; i++)
             must(fmem_free(p, &h[i]), "free 2M");
@@ -98,11 +106,47 @@ ParameterizedTestParameters(crash, every_point)
 
 ParameterizedTest(struct crash_case *cc, crash, every_point, .timeout = 60)
 {
-    char name[64], uri[128];
+    char name[64], uri[512], curi[512];
+    const char *given = getenv("FMEM_TEST_URI");
     snprintf(name, sizeof name, "fmem-crash-%d-%d-%d", getpid(), cc->cp, cc->hit);
-    snprintf(uri, sizeof uri, "shm:/%s?size=%dM", name, POOL_MB);
+    if (given && *given) {
+        snprintf(uri, sizeof uri, "%s", given);
+        snprintf(curi, sizeof curi, "%s", given);
+    } else {
+        snprintf(uri, sizeof uri, "shm:/%s?size=%dM", name, POOL_MB);
+        snprintf(curi, sizeof curi, "shm:/%s", name);
+    }
+    /* the child is forked before this process opens the pool (an RDMA
+     * connection must not be inherited) and starts once our blocks exist */
+    unsigned *child_uid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(child_uid, MAP_FAILED);
+    *child_uid = 0;
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        char c;
+        close(go[1]);
+        if (read(go[0], &c, 1) != 1)
+            _exit(4);
+        target = cc->cp;
+        hits_left = cc->hit;
+        child_script(curi, child_uid);
+    }
+    close(go[0]);
     fmem_pool *p;
-    cr_assert_eq(fmem_open(uri, &p), 0);
+    int orc = fmem_open(uri, &p);
+    if (orc)
+        kill(pid, SIGKILL);
+    cr_assert_eq(orc, 0, "open %s", uri);
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    pool_mb = (unsigned)(st.capacity_bytes >> 20);
+    if (st.allocated_bytes || pool_mb < 8 || pool_mb > MAX_POOL_MB)
+        kill(pid, SIGKILL);
+    cr_assert_eq(st.allocated_bytes, 0, "the pool must start empty");
+    cr_assert(pool_mb >= 8 && pool_mb <= MAX_POOL_MB, "pool of %u MiB", pool_mb);
 
     /* the parent's own blocks, one per layer, stamped */
     fmem_handle mine[3];
@@ -113,22 +157,10 @@ ParameterizedTest(struct crash_case *cc, crash, every_point, .timeout = 60)
         snprintf(stamp, sizeof stamp, "mine-%d", i);
         cr_assert_eq(fmem_write(p, &mine[i], mine[i].length - 16, stamp, 16), 0);
     }
-    fmem_stats_t st;
     cr_assert_eq(fmem_stats(p, &st), 0);
     uint64_t mine_bytes = st.allocated_bytes;
-
-    unsigned *child_uid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(child_uid, MAP_FAILED);
-    *child_uid = 0;
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        target = cc->cp;
-        hits_left = cc->hit;
-        char curi[128];
-        snprintf(curi, sizeof curi, "shm:/%s", name);
-        child_script(curi, child_uid);
-    }
+    cr_assert_eq(write(go[1], "x", 1), 1);
+    close(go[1]);
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
@@ -156,9 +188,12 @@ ParameterizedTest(struct crash_case *cc, crash, every_point, .timeout = 60)
         cr_assert_eq(fmem_free(p, &mine[i]), 0);
     }
     fmem_handle all;
-    cr_expect_eq(fmem_alloc(p, (size_t)POOL_MB << 20, &all), 0,
-                 "whole pool not allocatable after crash at %s", crash_point_names[cc->cp]);
+    int arc = fmem_alloc(p, (size_t)pool_mb << 20, &all);
+    cr_expect_eq(arc, 0, "whole pool not allocatable after crash at %s", crash_point_names[cc->cp]);
+    if (arc == 0)
+        cr_assert_eq(fmem_free(p, &all), 0);
     fmem_close(p);
     munmap(child_uid, 4096);
-    cr_assert_eq(fmem_unlink(uri), 0);
+    if (!given || !*given)
+        cr_assert_eq(fmem_unlink(uri), 0);
 }
