@@ -7,7 +7,14 @@ set -u
 B=${1:-.}
 log=/tmp/fmem-mnode.log
 token=/tmp/fmem-rdma.token
-"$B/tools/fmem-mnode" --pool "shm:/fmem-rdma?size=64M" --socket /tmp/fmem-mnode.sock \
+# the pool on 2 MiB huge pages when the VM can have them
+pool="shm:/fmem-rdma?size=64M"
+if mkdir -p /dev/hugepages && mount -t hugetlbfs none /dev/hugepages 2>/dev/null &&
+    echo 80 >/proc/sys/vm/nr_hugepages && [ "$(cat /proc/sys/vm/nr_hugepages)" -ge 40 ]; then
+    pool="file:/dev/hugepages/fmem-rdma?size=64M"
+fi
+echo "check-rdma: pool $pool"
+"$B/tools/fmem-mnode" --pool "$pool" --socket /tmp/fmem-mnode.sock \
     --rdma 192.168.77.1:7471 --token $token -v >"$log" 2>&1 &
 server=$!
 i=0
