@@ -46,19 +46,12 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
     return 0;
 }
 
-/* Check the key and that the block's log entry records an allocation of
- * exactly this size and layer. */
-static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t *capv)
+/* Judge a handle's key `rkey` against the block's key entry `cap` and its
+ * log entry `e`: the key must match and the log must record an allocation
+ * of exactly this size and layer. */
+static int judge(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t cap,
+                 uint64_t e)
 {
-    uint64_t cap, e;
-    struct tp_op ops[2] = {
-        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
-        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
-    };
-    int rc = tp_batch(n->tp, ops, n->log_none ? 1 : 2);
-    if (rc)
-        return rc;
-    *capv = cap;
     if (cap_main(cap) != rkey) {
         /* window keys are per block size: a right key with a wrong size
          * lands on another entry; name that a bad handle, as on shm */
@@ -78,6 +71,20 @@ static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, 
     return 0;
 }
 
+static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t *capv)
+{
+    uint64_t cap, e = 0;
+    struct tp_op ops[2] = {
+        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
+        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
+    };
+    int rc = tp_batch(n->tp, ops, n->log_none ? 1 : 2);
+    if (rc)
+        return rc;
+    *capv = cap;
+    return judge(n, chunk, log2c, rkey, cap, e);
+}
+
 int node_check_access(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
     uint64_t cap;
@@ -86,29 +93,29 @@ int node_check_access(struct node *n, uint64_t chunk, unsigned log2c, uint32_t r
     return check(n, chunk, log2c, rkey, &cap);
 }
 
-/* Is the block allocated at all (by its layer's bits)? */
-static int block_state(struct node *n, uint64_t chunk, unsigned log2c)
+/* The header word that says whether the block is allocated in its layer,
+ * and what it says. */
+static uint64_t state_off(const struct node *n, uint64_t chunk, unsigned log2c)
 {
-    uint64_t h;
-    if (log2c <= 4) {
-        uint64_t s = chunk / CHUNKS_PER_SPAN;
-        if (tp_read(n->tp, span_hdr_off(n, s), &h, 8) < 0)
-            return FMEM_EIO;
-        uint32_t bit = 1u << (chunk % CHUNKS_PER_SPAN);
-        return (h_detached(h) || !(h_lo(h) & bit)) ? FMEM_EDOUBLEFREE : 0;
-    }
     uint64_t s = chunk / CHUNKS_PER_SPAN;
-    if (tp_read(n->tp, sec_hdr_off(n, s / SPANS_PER_SECTION), &h, 8) < 0)
-        return FMEM_EIO;
-    return sec_state(h, s % SPANS_PER_SECTION) == SPAN_FULL ? 0 : FMEM_EDOUBLEFREE;
+    return log2c <= 4 ? span_hdr_off(n, s) : sec_hdr_off(n, s / SPANS_PER_SECTION);
 }
 
-static int layer_free(struct node *n, uint64_t chunk, unsigned log2c, unsigned uid)
+static bool block_allocated(uint64_t h, uint64_t chunk, unsigned log2c)
+{
+    uint64_t s = chunk / CHUNKS_PER_SPAN;
+    if (log2c <= 4)
+        return !h_detached(h) && (h_lo(h) & (1u << (chunk % CHUNKS_PER_SPAN)));
+    return sec_state(h, s % SPANS_PER_SECTION) == SPAN_FULL;
+}
+
+static int layer_free(struct node *n, uint64_t chunk, unsigned log2c, unsigned uid,
+                      const uint64_t *seen)
 {
     if (log2c <= 4)
-        return chunk_free(n, chunk, log2c, uid);
+        return chunk_free(n, chunk, log2c, uid, seen);
     if (log2c <= 9)
-        return span_free(n, chunk, log2c - 5, uid);
+        return span_free(n, chunk, log2c - 5, uid, seen);
     return multi_free(n, chunk, log2c - 9, uid);
 }
 
@@ -204,25 +211,28 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
     if (!block_ok(n, chunk, log2c))
         return FMEM_EBADHANDLE;
-    int rc = block_state(n, chunk, log2c);
-    uint64_t cap;
-    if (rc == FMEM_EDOUBLEFREE) {
-        /* free in the handle's layer; but if the key is still live, the
-         * block exists with another size: the handle is wrong, not stale */
-        if (tp_read(n->tp, key_off(n, chunk, log2c), &cap, 8) < 0)
-            return FMEM_EIO;
-        return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
-    }
+    /* one round trip: the layer's header, the key and the log entry */
+    uint64_t h, cap, e = 0;
+    struct tp_op ops[3] = {
+        {.kind = TP_READ, .off = state_off(n, chunk, log2c), .buf = &h, .len = 8},
+        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
+        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
+    };
+    int rc = tp_batch(n->tp, ops, n->log_none ? 2 : 3);
     if (rc)
         return rc;
-    rc = check(n, chunk, log2c, rkey, &cap);
+    /* free in the handle's layer; but if the key is still live, the block
+     * exists with another size: the handle is wrong, not stale */
+    if (!block_allocated(h, chunk, log2c))
+        return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
+    rc = judge(n, chunk, log2c, rkey, cap, e);
     if (rc)
         return rc;
     rc = revoke(n, chunk, log2c, cap, false);
     if (rc)
         return rc;
     CRASH_POINT(CP_FREE_REVOKED);
-    return layer_free(n, chunk, log2c, n->uid);
+    return layer_free(n, chunk, log2c, n->uid, &h); /* h: read with the checks */
 }
 
 int node_free_as(struct node *n, uint64_t chunk, unsigned log2c, unsigned uid)
@@ -236,7 +246,7 @@ int node_free_as(struct node *n, uint64_t chunk, unsigned log2c, unsigned uid)
     if (rc)
         return rc;
     CRASH_POINT(CP_FREE_REVOKED);
-    return layer_free(n, chunk, log2c, uid);
+    return layer_free(n, chunk, log2c, uid, NULL);
 }
 
 int node_free_section_as(struct node *n, uint64_t x, unsigned p, unsigned uid)

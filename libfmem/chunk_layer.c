@@ -276,13 +276,15 @@ int chunk_alloc(struct node *n, unsigned k, uint64_t *chunk, unsigned *fails)
     return FMEM_ENOMEM;
 }
 
-int chunk_free(struct node *n, uint64_t chunk, unsigned k, unsigned uid)
+int chunk_free(struct node *n, uint64_t chunk, unsigned k, unsigned uid, const uint64_t *seen)
 {
     uint64_t s = chunk / CHUNKS_PER_SPAN, hoff = span_hdr_off(n, s);
     unsigned off = chunk % CHUNKS_PER_SPAN;
     uint32_t bits = run_mask(off, 1u << k);
     uint64_t hv, old;
-    if (tp_read(n->tp, hoff, &hv, 8) < 0)
+    if (seen)
+        hv = *seen;
+    else if (tp_read(n->tp, hoff, &hv, 8) < 0)
         return FMEM_EIO;
     for (;;) {
         if (h_detached(hv) || !(h_lo(hv) & bits))

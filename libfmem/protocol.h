@@ -26,7 +26,9 @@ uint64_t *span_hint(const struct node *n);
 
 /* chunk_layer.c: blocks of 1..16 chunks inside one span */
 int chunk_alloc(struct node *n, unsigned k, uint64_t *chunk, unsigned *fails);
-int chunk_free(struct node *n, uint64_t chunk, unsigned k, unsigned uid);
+/* seen: the span header as the caller just read it (saves a round trip;
+ * a stale value only costs a failed CAS), or NULL. */
+int chunk_free(struct node *n, uint64_t chunk, unsigned k, unsigned uid, const uint64_t *seen);
 /* Move empty attached spans back to the section layer. Returns how many. */
 unsigned chunk_release_empty(struct node *n, unsigned max);
 /* Finish or undo a claim left by `uid` on span s (recovery). */
@@ -34,7 +36,7 @@ void chunk_clear_claim(struct node *n, uint64_t s, unsigned uid);
 
 /* section_layer.c: blocks of 1..16 spans, and runs of whole sections */
 int span_alloc(struct node *n, unsigned q, uint64_t *chunk, unsigned *fails);
-int span_free(struct node *n, uint64_t chunk, unsigned q, unsigned uid);
+int span_free(struct node *n, uint64_t chunk, unsigned q, unsigned uid, const uint64_t *seen);
 int multi_alloc(struct node *n, unsigned p, uint64_t *chunk, unsigned *fails);
 int multi_free(struct node *n, uint64_t chunk, unsigned p, unsigned uid);
 /* Free one section of a multi-section block (recovery); `p` is what its log

@@ -196,12 +196,14 @@ int multi_alloc(struct node *n, unsigned p, uint64_t *chunk, unsigned *fails)
     return FMEM_ENOMEM;
 }
 
-int span_free(struct node *n, uint64_t chunk, unsigned q, unsigned uid)
+int span_free(struct node *n, uint64_t chunk, unsigned q, unsigned uid, const uint64_t *seen)
 {
     uint64_t s = chunk / CHUNKS_PER_SPAN, x = s / SPANS_PER_SECTION, sh, old;
     unsigned j = s % SPANS_PER_SECTION;
     uint32_t m = sec_states_mask(j, 1u << q);
-    if (tp_read(n->tp, sec_hdr_off(n, x), &sh, 8) < 0)
+    if (seen)
+        sh = *seen;
+    else if (tp_read(n->tp, sec_hdr_off(n, x), &sh, 8) < 0)
         return FMEM_EIO;
     for (;;) {
         if (!(h_lo(sh) & m))
