@@ -27,6 +27,7 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
 {
     unsigned fails = 0;
     int rc;
+    log_key_read = (struct key_read){.armed = true};
     if ((UINT64_C(1) << log2c) > n->g.nchunks)
         rc = FMEM_ENOMEM;
     else if (log2c <= 4)
@@ -36,11 +37,15 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
     else
         rc = multi_alloc(n, log2c - 9, chunk, &fails);
     node_last_retries = fails;
+    struct key_read kr = log_key_read;
+    log_key_read.armed = false;
     if (rc)
         return rc;
     CRASH_POINT(CP_ALLOC_DONE);
     uint64_t cap;
-    if (tp_read(n->tp, key_off(n, *chunk, log2c), &cap, 8) < 0)
+    if (kr.done && kr.chunk == *chunk && kr.log2c == log2c) /* read with the commit */
+        cap = kr.key;
+    else if (tp_read(n->tp, key_off(n, *chunk, log2c), &cap, 8) < 0)
         return FMEM_EIO;
     *rkey = cap_main(cap);
     return 0;

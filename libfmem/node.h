@@ -90,6 +90,15 @@ int node_check_access(struct node *n, uint64_t chunk, unsigned log2_chunks, uint
 void log_flush_span(struct node *n, uint64_t s, uint64_t h);
 void log_flush_section(struct node *n, uint64_t x, uint64_t h);
 /* After this client's own commit of header value h: flush its log. */
+/* node_alloc arms this: the commit of its allocation then reads the new
+ * block's key in the same round trip as the flush (saves one). */
+struct key_read {
+    bool armed, done;
+    uint64_t chunk;
+    unsigned log2c;
+    uint64_t key;
+};
+extern _Thread_local struct key_read log_key_read;
 void log_commit_span(struct node *n, uint64_t s, uint64_t h);
 void log_commit_section(struct node *n, uint64_t x, uint64_t h);
 /* Whether the temporary log in a span / section header value records an

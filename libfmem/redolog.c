@@ -104,21 +104,35 @@ unsigned log_next_ts(uint64_t h, bool prev_alloc, bool alloc)
  * The 7-bit timestamps alone cannot decide this: an entry whose block sat
  * idle while its header flipped 64 times looks newer than it is. They still
  * make successive entries of a block distinct, so the CAS cannot ABA. */
-static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64_t h)
+_Thread_local struct key_read log_key_read;
+
+static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64_t h, bool commit)
 {
     const uint64_t logmask = ((UINT64_C(1) << 29) - 1) << H_OFF_SHIFT;
     uint64_t want = log_make(t->alloc, t->layer, t->log2_chunks, t->ts, t->uid);
     uint64_t eoff = log_off(n, t->chunk);
-    uint64_t e, cur_hdr, cur_span;
-    struct tp_op ops[3] = {
+    uint64_t e, cur_hdr, cur_span, key;
+    struct tp_op ops[4] = {
         {.kind = TP_READ, .off = eoff, .buf = &e, .len = 8},
         {.kind = TP_READ, .off = hdr_off, .buf = &cur_hdr, .len = 8},
         {.kind = TP_READ, .off = span_hdr_off(n, t->span), .buf = &cur_span, .len = 8},
     };
     bool section_domain = t->layer != LAYER_CHUNK;
+    size_t nops = section_domain ? 3 : 2;
+    /* the commit of node_alloc's own allocation: read the block's key too */
+    bool key_too = commit && log_key_read.armed && t->alloc && t->layer != LAYER_SECTION;
+    if (key_too)
+        ops[nops++] = (struct tp_op){.kind = TP_READ, .off = key_off(n, t->chunk, t->log2_chunks),
+                                     .buf = &key, .len = 8};
     for (int tries = 0; tries < 64; tries++) {
-        if (tp_batch(n->tp, ops, section_domain ? 3 : 2) < 0)
+        if (tp_batch(n->tp, ops, nops) < 0)
             return;
+        if (key_too) {
+            log_key_read = (struct key_read){.armed = true, .done = true, .chunk = t->chunk,
+                                             .log2c = t->log2_chunks, .key = key};
+            key_too = false;
+            nops--;
+        }
         if (e == want)
             return;
         if ((cur_hdr & logmask) != (h & logmask))
@@ -141,7 +155,7 @@ void log_flush_span(struct node *n, uint64_t s, uint64_t h)
         return;
     struct tlog t = span_tlog(s, h);
     if (t.valid)
-        flush(n, &t, span_hdr_off(n, s), h);
+        flush(n, &t, span_hdr_off(n, s), h, false);
     atomic_store_explicit(&n->span_flushed[s], h, memory_order_relaxed);
 }
 
@@ -153,7 +167,7 @@ void log_flush_section(struct node *n, uint64_t x, uint64_t h)
         return;
     struct tlog t = sec_tlog(x, h);
     if (t.valid)
-        flush(n, &t, sec_hdr_off(n, x), h);
+        flush(n, &t, sec_hdr_off(n, x), h, false);
     atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }
 
@@ -167,7 +181,7 @@ void log_commit_span(struct node *n, uint64_t s, uint64_t h)
         return;
     struct tlog t = span_tlog(s, h);
     if (t.valid)
-        flush(n, &t, span_hdr_off(n, s), h);
+        flush(n, &t, span_hdr_off(n, s), h, true);
     atomic_store_explicit(&n->span_flushed[s], h, memory_order_relaxed);
 }
 
@@ -177,7 +191,7 @@ void log_commit_section(struct node *n, uint64_t x, uint64_t h)
         return;
     struct tlog t = sec_tlog(x, h);
     if (t.valid)
-        flush(n, &t, sec_hdr_off(n, x), h);
+        flush(n, &t, sec_hdr_off(n, x), h, true);
     atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }
 
