@@ -213,37 +213,48 @@ struct stress_arg {
     fmem_pool *p;
     unsigned seed;
     int errors;
+    char first[128]; /* what went wrong first */
 };
+
+static void stress_error(struct stress_arg *a, const char *op, int rc, const fmem_handle *h)
+{
+    if (a->errors++ == 0)
+        snprintf(a->first, sizeof a->first, "%s: %s (node %u addr %#llx len %llu key %#x)", op,
+                 rc ? fmem_strerror(rc) : "wrong data", h->node, (unsigned long long)h->addr,
+                 (unsigned long long)h->length, h->rkey);
+}
 
 static void *stress_thread(void *arg)
 {
     struct stress_arg *a = arg;
     fmem_handle h[32];
     uint64_t tags[32];
-    int live = 0;
+    int live = 0, rc;
     for (int it = 0; it < 3000; it++) {
         unsigned r = rand_r(&a->seed);
         if (live < 32 && (r & 1)) {
             if (fmem_alloc(a->p, 4096u << (r % 5), &h[live]) == 0) {
                 tags[live] = ((uint64_t)r << 20) ^ (uint64_t)it;
-                if (fmem_write(a->p, &h[live], 0, &tags[live], 8))
-                    a->errors++;
+                if ((rc = fmem_write(a->p, &h[live], 0, &tags[live], 8)))
+                    stress_error(a, "write", rc, &h[live]);
                 live++;
             }
         } else if (live) {
             int k = (int)(r % (unsigned)live);
             uint64_t t = 0;
-            if (fmem_read(a->p, &h[k], 0, &t, 8) || t != tags[k])
-                a->errors++;
-            if (fmem_free(a->p, &h[k]))
-                a->errors++;
+            if ((rc = fmem_read(a->p, &h[k], 0, &t, 8)) || t != tags[k])
+                stress_error(a, "read", rc, &h[k]);
+            if ((rc = fmem_free(a->p, &h[k])))
+                stress_error(a, "free", rc, &h[k]);
             h[k] = h[--live];
             tags[k] = tags[live];
         }
     }
-    while (live)
-        if (fmem_free(a->p, &h[--live]))
-            a->errors++;
+    while (live) {
+        live--;
+        if ((rc = fmem_free(a->p, &h[live])))
+            stress_error(a, "free", rc, &h[live]);
+    }
     return NULL;
 }
 
@@ -260,7 +271,8 @@ Test(service, concurrent_apps_two_services)
     }
     for (int i = 0; i < 8; i++) {
         pthread_join(t[i], NULL);
-        cr_assert_eq(a[i].errors, 0, "thread %d: %d errors", i, a[i].errors);
+        cr_assert_eq(a[i].errors, 0, "thread %d: %d errors, first: %s", i, a[i].errors,
+                     a[i].first);
     }
     fmem_close(p[0]);
     fmem_close(p[1]);
