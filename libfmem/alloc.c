@@ -146,9 +146,18 @@ static uint64_t revoked_cap(struct node *n, uint64_t cap)
  * old key still works. */
 #define WK_WAIT_NS 5000000000ull /* the regenerator is gone after this */
 
-static int wk_ring(struct node *n)
+/* The doorbell names the entry (a hint: the regenerator handles it first,
+ * then scans for entries whose hint was overwritten); the high bits make
+ * every ring a new value. */
+static uint64_t wk_bell(struct node *n, uint64_t off)
 {
-    uint64_t v = ((uint64_t)n->uid << 40) ^ atomic_fetch_add(&n->rng, 1);
+    uint64_t entry = (off - n->tp->wkeys_off - WK_HDR) / 8;
+    return (atomic_fetch_add(&n->rng, 1) << WK_BELL_SHIFT) | (entry + 1);
+}
+
+static int wk_ring(struct node *n, uint64_t off)
+{
+    uint64_t v = wk_bell(n, off);
     return tp_write(n->tp, n->tp->wkeys_off, &v, 8);
 }
 
@@ -172,7 +181,7 @@ static int wk_revoke(struct node *n, uint64_t off, uint64_t cap, bool any_key)
 {
     for (;;) {
         if (cap_backup(cap) == 0) { /* no backup window yet: wake the regenerator */
-            int rc = wk_ring(n);
+            int rc = wk_ring(n, off);
             if (rc == 0)
                 rc = wk_wait_change(n, off, cap, &cap);
             if (rc)
@@ -184,7 +193,7 @@ static int wk_revoke(struct node *n, uint64_t off, uint64_t cap, bool any_key)
             {.kind = TP_CAS, .off = off, .expect = cap, .desired = next},
             {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &v, .len = 8},
         };
-        v = ((uint64_t)n->uid << 40) ^ atomic_fetch_add(&n->rng, 1);
+        v = wk_bell(n, off);
         int rc = tp_batch(n->tp, ops, 2);
         if (rc)
             return rc;

@@ -9,8 +9,8 @@
  * leaves the backup 0; the memory node's regenerator then destroys the old
  * main window (its key dies in the NIC), binds a fresh one and stores it as
  * the backup. The table follows a WK_HDR-byte header whose first word is a
- * doorbell: a freeing client writes a new value there to wake the
- * regenerator. Clients address the table through the transport at offsets
+ * doorbell: a freeing client writes a new value there, naming its entry,
+ * to wake the regenerator. Clients address the table through the transport at offsets
  * from `transport.wkeys_off`. */
 #ifndef FMEM_WKEYS_H
 #define FMEM_WKEYS_H
@@ -19,6 +19,7 @@
 
 #define WK_HDR 64u
 #define WK_MAX_LEVELS 48u
+#define WK_BELL_SHIFT 40 /* doorbell: nonce << 40 | (entry + 1) */
 
 /* First entry of level k. */
 static inline uint64_t wk_level_start(uint64_t nchunks, unsigned k)

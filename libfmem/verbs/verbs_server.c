@@ -200,17 +200,17 @@ static int bind_all(struct verbs_server *s)
     return rc;
 }
 
-/* One pass: every entry whose backup a free took gets a fresh backup; the
- * window of the revoked key is destroyed first. */
-static uint64_t regen_pass(struct verbs_server *s)
+/* One pass over entries [first, end): every entry whose backup a free took
+ * gets a fresh backup; the window of the revoked key is destroyed first. */
+static uint64_t regen_pass(struct verbs_server *s, uint64_t first, uint64_t end)
 {
     enum { STEP = 1024 };
     uint64_t ents[STEP], vals[STEP], fixed = 0, t0 = now_ns();
     unsigned slot[STEP];
-    uint64_t e = 0;
-    while (e < s->nentries) {
+    uint64_t e = first;
+    while (e < end) {
         size_t n = 0;
-        for (; e < s->nentries && n < STEP; e++) {
+        for (; e < end && n < STEP; e++) {
             uint64_t v = atomic_load(&s->wk[WK_HDR / 8 + e]);
             if (cap_backup(v) != 0)
                 continue;
@@ -275,9 +275,14 @@ static void *regen_main(void *arg)
     while (!atomic_load(&s->stop)) {
         uint64_t b = atomic_load(&s->wk[0]), t = now_ns();
         if (b != bell || t - last > IDLE_SCAN_NS) {
+            /* the entry the doorbell names first (its free is waiting),
+             * then everything: two rings in a row leave one hint */
+            uint64_t hint = b & ((UINT64_C(1) << WK_BELL_SHIFT) - 1);
+            if (b != bell && hint && hint <= s->nentries)
+                regen_pass(s, hint - 1, hint);
             bell = b;
             last = t;
-            regen_pass(s);
+            regen_pass(s, 0, s->nentries);
             continue;
         }
         struct timespec ts = {0, 20000};
