@@ -199,8 +199,8 @@ static int wk_revoke(struct node *n, uint64_t off, uint64_t cap, bool any_key)
             return rc;
         if (ops[0].old == cap) /* swapped: wait for the old window to go */
             return wk_wait_change(n, off, next, &cap);
-        if (!any_key)
-            return FMEM_EDOUBLEFREE;
+        if (!any_key && cap_main(ops[0].old) != cap_main(cap))
+            return FMEM_EDOUBLEFREE; /* a concurrent free of the same block won */
         cap = ops[0].old;
     }
 }
@@ -215,7 +215,9 @@ static int revoke(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, 
         int r = tp_cas(n->tp, off, cap, next, &old);
         if (r != 0)
             return r < 0 ? r : 0;
-        if (!any_key) /* a concurrent free of the same block won */
+        /* a changed backup is the regenerator refilling it: try again; a
+         * changed main key means a concurrent free of the same block won */
+        if (!any_key && cap_main(old) != cap_main(cap))
             return FMEM_EDOUBLEFREE;
         cap = old;
     }
