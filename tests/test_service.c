@@ -12,6 +12,7 @@
 
 #include "pool_internal.h"
 #include "service/client.h"
+#include "service/mnode.h"
 #include "test_service_env.h"
 
 static struct svc_env E;
@@ -207,6 +208,57 @@ Test(service, keys_regenerated_by_memory_node)
     fmem_close(pool);
     cr_assert_eq(empty, 0, "%llu backup keys still empty", (unsigned long long)empty);
     cr_assert(env_status_has(E.mnode_sock, "keys issued"));
+}
+
+/* Frees race the memory node's regenerator, which turns a revoked entry
+ * (main, 0) into (main, new backup) at any moment: a free that finds its
+ * revoking CAS beaten by that must retry, not report a double free. */
+struct regen_race {
+    fmem_pool *p;
+    struct node *n;
+    _Atomic int stop;
+    _Atomic int errors;
+};
+
+static void *regen_loop(void *arg)
+{
+    struct regen_race *r = arg;
+    while (!atomic_load(&r->stop))
+        regen_pass(r->n, NULL);
+    return NULL;
+}
+
+static void *free_loop(void *arg)
+{
+    struct regen_race *r = arg;
+    for (int i = 0; i < 20000; i++) {
+        fmem_handle h;
+        int rc = fmem_alloc(r->p, 4096, &h);
+        if (rc == 0)
+            rc = fmem_free(r->p, &h);
+        if (rc)
+            atomic_fetch_add(&r->errors, 1);
+    }
+    return NULL;
+}
+
+Test(service, frees_race_the_regenerator)
+{
+    struct regen_race r = {0};
+    cr_assert_eq(fmem_open("mem:?size=16M", &r.p), 0);
+    r.n = r.p->nodes[0];
+    r.n->remote_regen = true; /* as in fmemd: backups are left to the regenerator */
+    pthread_t g, t[3];
+    pthread_create(&g, NULL, regen_loop, &r);
+    for (int i = 0; i < 3; i++)
+        pthread_create(&t[i], NULL, free_loop, &r);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    atomic_store(&r.stop, 1);
+    pthread_join(g, NULL);
+    cr_assert_eq(atomic_load(&r.errors), 0, "%d allocations or frees failed",
+                 atomic_load(&r.errors));
+    fmem_close(r.p);
 }
 
 struct stress_arg {
