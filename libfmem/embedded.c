@@ -95,6 +95,7 @@ static void emb_close(fmem_pool *p);
 static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out);
 static int emb_free(fmem_pool *p, const fmem_handle *h);
 static int emb_map(fmem_pool *p, const fmem_handle *h, void **ptr);
+static int emb_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr);
 static int emb_read(fmem_pool *p, const fmem_handle *h, uint64_t offset, void *dst, size_t len);
 static int emb_write(fmem_pool *p, const fmem_handle *h, uint64_t offset, const void *src, size_t len);
 static int emb_stats(fmem_pool *p, fmem_stats_t *st);
@@ -103,6 +104,7 @@ static const struct pool_ops embedded_ops = {
     .alloc = emb_alloc,
     .free = emb_free,
     .map = emb_map,
+    .remote = emb_remote,
     .read = emb_read,
     .write = emb_write,
     .stats = emb_stats,
@@ -238,6 +240,19 @@ static int access_range(fmem_pool *p, const fmem_handle *h, uint64_t offset, siz
     if (offset > h->length || len > h->length - offset)
         return FMEM_ERANGE;
     return node_check_access(*n, *chunk, k, h->rkey);
+}
+
+static int emb_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr)
+{
+    struct node *n;
+    uint64_t chunk;
+    int rc = access_range(p, h, 0, 0, &n, &chunk);
+    if (rc)
+        return rc;
+    if (!n->tp->remote_base)
+        return FMEM_ENOTSUP;
+    *remote_addr = n->tp->remote_base + data_off(n, chunk);
+    return 0;
 }
 
 static int emb_map(fmem_pool *p, const fmem_handle *h, void **ptr)

@@ -56,6 +56,16 @@ int fmem_map(fmem_pool *p, const fmem_handle *h, void **ptr)
     return p->ops->map(p, h, ptr);
 }
 
+int fmem_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr)
+{
+    if (!remote_addr)
+        return FMEM_EINVAL;
+    *remote_addr = 0;
+    if (!p || !h)
+        return FMEM_EINVAL;
+    return p->ops->remote ? p->ops->remote(p, h, remote_addr) : FMEM_ENOTSUP;
+}
+
 int fmem_read(fmem_pool *p, const fmem_handle *h, uint64_t offset, void *dst, size_t len)
 {
     if (!p || !h || (!dst && len))

@@ -13,6 +13,7 @@ struct pool_ops {
     int (*alloc)(fmem_pool *p, size_t size, fmem_handle *out);
     int (*free)(fmem_pool *p, const fmem_handle *h);
     int (*map)(fmem_pool *p, const fmem_handle *h, void **ptr);
+    int (*remote)(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr);
     int (*read)(fmem_pool *p, const fmem_handle *h, uint64_t off, void *dst, size_t len);
     int (*write)(fmem_pool *p, const fmem_handle *h, uint64_t off, const void *src, size_t len);
     int (*stats)(fmem_pool *p, fmem_stats_t *st);

@@ -49,6 +49,7 @@ struct transport {
     uint64_t size;     /* bytes addressable */
     uint64_t meta_size; /* of which metadata (the data follows) */
     void *base;        /* direct mapping of the whole pool, or NULL */
+    uint64_t remote_base; /* verbs: remote address of offset 0, else 0 */
     uint64_t wkeys_off; /* verbs: window-key table (wkeys.h) at these offsets */
     uint64_t wkeys_size; /*  (0: keys are in the capability table) */
     uint64_t rtt_ns;   /* injected delay per round trip */

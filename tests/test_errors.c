@@ -64,6 +64,12 @@ Test(einval, null_arguments)
     EXPECT_RC(fmem_write(p, &h, 0, NULL, 8), FMEM_EINVAL);
     EXPECT_RC(fmem_stats(NULL, &st), FMEM_EINVAL);
     EXPECT_RC(fmem_stats(p, NULL), FMEM_EINVAL);
+    uint64_t ra = 1;
+    EXPECT_RC(fmem_remote(NULL, &h, &ra), FMEM_EINVAL);
+    cr_assert_eq(ra, 0, "a failed fmem_remote left the address set");
+    EXPECT_RC(fmem_remote(p, NULL, &ra), FMEM_EINVAL);
+    EXPECT_RC(fmem_remote(p, &h, NULL), FMEM_EINVAL);
+    EXPECT_RC(fmem_remote(p, &h, &ra), FMEM_ENOTSUP); /* shared memory: use fmem_map */
     /* NULL buffers are fine for zero-length copies */
     EXPECT_RC(fmem_read(p, &h, 0, NULL, 0), 0);
     EXPECT_RC(fmem_write(p, &h, 0, NULL, 0), 0);

@@ -119,6 +119,12 @@ FMEM_API int fmem_free(fmem_pool *pool, const fmem_handle *h);
 /* Direct pointer to the allocation's bytes (shared-memory transport only;
  * FMEM_ENOTSUP elsewhere). Valid until the block is freed. */
 FMEM_API int fmem_map(fmem_pool *pool, const fmem_handle *h, void **ptr);
+/* Where the allocation is for a program's own RDMA requests: its remote
+ * virtual address on the memory node (with h->rkey and h->length, the
+ * triple an RDMA READ/WRITE/atomic needs). Pools served over RDMA only
+ * (FMEM_ENOTSUP elsewhere); the handle must be one this client holds. */
+FMEM_API int fmem_remote(fmem_pool *pool, const fmem_handle *h, uint64_t *remote_addr);
+
 /* Copy between the allocation (at byte `offset`) and local memory. */
 FMEM_API int fmem_read(fmem_pool *pool, const fmem_handle *h, uint64_t offset,
                        void *dst, size_t len);

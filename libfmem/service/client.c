@@ -313,6 +313,18 @@ static int cl_map(fmem_pool *p, const fmem_handle *h, void **ptr)
     return rc;
 }
 
+static int cl_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr)
+{
+    struct svc_client *c = C(p);
+    char *w;
+    int rc = access_check(c, h, 0, 0, &w);
+    if (rc == 0 && w)
+        rc = FMEM_ENOTSUP; /* a shm node */
+    if (rc == 0)
+        *remote_addr = c->rdma[h->node]->remote_base + c->rdma[h->node]->meta_size + h->addr;
+    return rc;
+}
+
 /* Over RDMA the NIC checks the key again: the local check only spares a
  * round trip for handles we know are wrong. */
 static int cl_read(fmem_pool *p, const fmem_handle *h, uint64_t off, void *dst, size_t len)
@@ -371,6 +383,7 @@ static const struct pool_ops client_ops = {
     .alloc = cl_alloc,
     .free = cl_free,
     .map = cl_map,
+    .remote = cl_remote,
     .read = cl_read,
     .write = cl_write,
     .stats = cl_stats,

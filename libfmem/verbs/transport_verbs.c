@@ -406,6 +406,7 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
     v->t.size = v->w.size;
     v->t.meta_size = v->w.meta_size;
     v->t.base = NULL; /* no direct mapping */
+    v->t.remote_base = v->w.base;
     v->t.name = "verbs";
     if (v->w.wk_size) { /* window-key table, addressed after the pool */
         v->t.wkeys_off = (v->w.size + 4095) & ~UINT64_C(4095);

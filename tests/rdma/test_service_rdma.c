@@ -47,9 +47,13 @@ Test(service_rdma, data_through_the_applications_queue_pair)
         cr_assert_eq(memcmp(buf, back, size), 0, "%zu bytes came back different", size);
         void *ptr;
         cr_assert_eq(fmem_map(p, &h, &ptr), FMEM_ENOTSUP, "no mapping over RDMA");
+        uint64_t ra = 0;
+        cr_assert_eq(fmem_remote(p, &h, &ra), 0);
+        cr_assert(ra != 0 && (ra & 4095) == 0, "remote address %#llx", (unsigned long long)ra);
         cr_assert_eq(fmem_read(p, &h, size - 4, back, 8), FMEM_ERANGE);
         cr_assert_eq(fmem_free(p, &h), 0);
         cr_assert_eq(fmem_read(p, &h, 0, back, 8), FMEM_EBADHANDLE);
+        cr_assert_eq(fmem_remote(p, &h, &ra), FMEM_EBADHANDLE);
         free(buf);
         free(back);
     }
