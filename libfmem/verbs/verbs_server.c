@@ -53,7 +53,7 @@ struct verbs_server {
     struct ibv_mw *meta_mw, *wk_mw;
     struct ibv_mw *(*mw)[2]; /* per entry: the windows of main and backup */
     /* the regenerator */
-    struct ibv_qp *bind_qp;  /* server side of the first loopback queue pair */
+    struct ibv_qp *_Atomic bind_qp; /* server side of the first loopback QP */
     struct ibv_cq *bind_cq;
     struct transport *local; /* loopback client: CAS through the NIC */
     pthread_t regen;
@@ -261,8 +261,12 @@ static void *regen_main(void *arg)
     struct verbs_connect_params cp = {.host = s->addr, .port = s->port,
                                       .role = VERBS_ROLE_LOCAL, .token_path = s->token_path};
     int rc = verbs_transport_connect(&cp, &s->local);
-    if (rc == 0 && !s->bind_qp)
-        rc = FMEM_EIO;
+    for (int i = 0; rc == 0 && !atomic_load(&s->bind_qp); i++) {
+        if (i == 500) /* 5 s */
+            rc = FMEM_EIO;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
     if (rc == 0)
         rc = bind_all(s);
     if (rc) {
@@ -392,13 +396,15 @@ static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
         .initiator_depth = 16,
         .responder_resources = 16,
     };
+    if (binder) /* before accepting: the regenerator may use it as soon as
+                 * its side of the connection is established */
+        atomic_store(&s->bind_qp, id->qp);
     if (rdma_accept(id, &cp)) {
+        if (binder)
+            atomic_store(&s->bind_qp, NULL);
         rdma_destroy_qp(id);
         rdma_destroy_id(id);
-        return;
     }
-    if (binder)
-        s->bind_qp = id->qp;
 }
 
 /* Handle one connection event (waiting up to timeout_ms). */
