@@ -45,6 +45,12 @@ static inline uint64_t wk_entry(uint64_t nchunks, uint64_t c, unsigned k)
     return wk_level_start(nchunks, k) + (c >> k);
 }
 
-static inline uint64_t wk_bytes(uint64_t nchunks) { return WK_HDR + 8 * wk_entries(nchunks); }
+/* After the entries: one heartbeat word per user id. A service over RDMA
+ * writes (its user slot's pid << 32 | a counter) every period; the memory
+ * node recovers a remote service whose word stops changing. */
+#define WK_HB_SLOTS 16384u /* user ids are 14 bits */
+static inline uint64_t wk_hb_off(uint64_t nchunks) { return WK_HDR + 8 * wk_entries(nchunks); }
+
+static inline uint64_t wk_bytes(uint64_t nchunks) { return wk_hb_off(nchunks) + 8 * WK_HB_SLOTS; }
 
 #endif

@@ -151,6 +151,24 @@ int nodes_connect_all(struct fmemd *d)
     return 0;
 }
 
+/* Over RDMA: write our heartbeat word, and make sure our user slot is still
+ * ours (a memory node that took us for dead has recovered it: every block
+ * our applications held there is gone, and only a restart is safe). */
+static void rdma_heartbeat(struct fmemd *d, struct dnode *dn)
+{
+    struct node *n = dn->n;
+    if (!n->tp->wkeys_size)
+        return;
+    uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE; /* as in our user slot */
+    uint64_t v = ((uint64_t)mine << 32) | (uint32_t)++dn->hb_seq;
+    tp_write(n->tp, n->tp->wkeys_off + wk_hb_off(n->g.nchunks) + 8 * (uint64_t)dn->uid, &v, 8);
+    uint32_t pid;
+    if (tp_read(n->tp, n->g.users_off + 4 * (uint64_t)dn->uid, &pid, 4) == 0 && pid != mine) {
+        dsay(d, "memory node %s: our user id was reclaimed; exiting", dn->rdma_addr);
+        atomic_store(d->cfg->stop, 2);
+    }
+}
+
 void nodes_heartbeat(struct fmemd *d)
 {
     struct msg_heartbeat hb = {0};
@@ -162,6 +180,8 @@ void nodes_heartbeat(struct fmemd *d)
     }
     for (unsigned i = 0; i < d->nnodes; i++) {
         struct dnode *dn = &d->nodes[i];
+        if (dn->rdma)
+            rdma_heartbeat(d, dn);
         if (dn->fd < 0)
             continue;
         hb.seq = ++dn->hb_seq;

@@ -52,6 +52,7 @@ struct recovery_job {
     unsigned uid;
     int pidfd; /* -1: nothing to wait for */
     bool fence;
+    bool remote; /* a service over RDMA: recover through the NIC (rpool) */
     char name[MSG_NAME_MAX];
 };
 
@@ -63,12 +64,22 @@ struct history {
     int rc;
 };
 
+struct remote_user {
+    uint32_t pid;     /* the slot's holder when tracking began */
+    uint64_t hb, ns;  /* its last heartbeat word, and when it changed */
+    bool armed;       /* the word carries this holder's pid: a service */
+    bool pending;     /* recovery queued */
+};
+
 struct mnode {
     const struct mnode_config *cfg;
     struct verbs_server *vs; /* serving over RDMA */
     pthread_t vs_thr;
     bool vs_started;
     atomic_int vs_stop;
+    fmem_pool *rpool;        /* the pool through our own RDMA service, for
+                              * recovering remote services with NIC atomics */
+    struct remote_user *ru;  /* per user id: heartbeat tracking */
     fmem_pool *pool;
     struct node *node;
     int lfd;
@@ -148,7 +159,7 @@ static void run_job(struct mnode *m, struct recovery_job *j)
         h.rc = FMEM_EBUSY;
         say(m, "user %u (%s) did not exit; not recovered", j->uid, j->name);
     } else {
-        h.rc = fmem_recover(m->pool, j->uid, &h.st);
+        h.rc = fmem_recover(j->remote ? m->rpool : m->pool, j->uid, &h.st);
         snprintf(h.why, sizeof h.why, "%s", h.rc ? fmem_strerror(h.rc) : "recovered");
         say(m, "user %u (%s) recovered: %llu blocks, %llu bytes in %.3f ms", j->uid, j->name,
             (unsigned long long)h.st.blocks_freed, (unsigned long long)h.st.bytes_freed,
@@ -203,6 +214,54 @@ static void queue_recovery(struct mnode *m, unsigned uid, int pidfd, bool do_fen
     }
     pthread_mutex_unlock(&m->mu);
 }
+
+/* ---- services over RDMA: one-sided heartbeats --------------------------- */
+
+#ifdef HAVE_RDMA
+/* A remote service writes its heartbeat word (wkeys.h) every period; one
+ * whose word has not changed for miss_limit periods is recovered through
+ * the NIC. The word carries the writer's pid (as in its user slot) in its
+ * high half, so a stale word of an earlier holder is not taken for a live
+ * one; a process that runs the protocol itself over RDMA writes none and
+ * is left to `fmem recover`. A service cannot be fenced from here: a live one that
+ * finds its user slot cleared stops by itself (daemon_nodes.c). */
+static void check_remote_heartbeats(struct mnode *m)
+{
+    if (!m->rpool)
+        return;
+    uint64_t now = ring_now_ns();
+    uint64_t limit = (uint64_t)m->cfg->heartbeat_ms * m->cfg->miss_limit * 1000000u;
+    unsigned own = fmem_user_id(m->rpool, 0);
+    for (unsigned u = 1; u < m->node->g.nusers && u < WK_HB_SLOTS; u++) {
+        uint32_t pid = node_uid_pid(m->node, u);
+        struct remote_user *r = &m->ru[u];
+        uint64_t hb = verbs_server_heartbeat(m->vs, u);
+        bool service = (uint32_t)(hb >> 32) == pid;
+        if (!(pid & NODE_PID_REMOTE) || u == own || pid != r->pid || hb != r->hb ||
+            service != r->armed) { /* a new holder, or alive */
+            *r = (struct remote_user){.pid = pid, .hb = hb, .ns = now, .armed = service};
+            continue;
+        }
+        if (r->armed && now - r->ns > limit && !r->pending) {
+            r->pending = true;
+            say(m, "remote service user %u (pid %u there): missed heartbeats", u,
+                pid & ~NODE_PID_REMOTE);
+            pthread_mutex_lock(&m->mu);
+            if (m->njobs < MAX_CONNS) {
+                struct recovery_job *j = &m->jobs[m->njobs++];
+                *j = (struct recovery_job){.uid = u, .pidfd = -1, .remote = true};
+                snprintf(j->name, sizeof j->name, "rdma service");
+                pthread_cond_broadcast(&m->cv);
+            } else {
+                r->pending = false; /* try again next time */
+            }
+            pthread_mutex_unlock(&m->mu);
+        }
+    }
+}
+#else
+static void check_remote_heartbeats(struct mnode *m) { (void)m; }
+#endif
 
 /* Recover every user slot whose process is gone and that no registered
  * service holds (dead embedded users, services of an earlier run). */
@@ -502,6 +561,15 @@ static int start_rdma(struct mnode *m)
         return rc;
     }
     m->vs_started = pthread_create(&m->vs_thr, NULL, verbs_main, m) == 0;
+    /* our own service connection, for recovering remote services */
+    char uri[400];
+    snprintf(uri, sizeof uri, "rdma://%s:%s?token=%s", addr, colon + 1, m->cfg->token_path);
+    m->ru = calloc(m->node->g.nusers, sizeof *m->ru);
+    if (!m->vs_started || !m->ru ||
+        (rc = fmem_open(uri, &m->rpool))) {
+        say(m, "rdma: cannot connect to ourselves (%s)", fmem_strerror(rc ? rc : FMEM_ENOMEM));
+        return rc ? rc : FMEM_ENOMEM;
+    }
     struct verbs_server_stats st;
     verbs_server_get_stats(m->vs, &st);
     say(m, "rdma: serving on %s, %llu windows bound in %.1f ms, token in %s", m->cfg->rdma_addr,
@@ -516,6 +584,10 @@ static int start_rdma(struct mnode *m)
 static void stop_rdma(struct mnode *m)
 {
 #ifdef HAVE_RDMA
+    if (m->rpool)
+        fmem_close(m->rpool);
+    m->rpool = NULL;
+    free(m->ru);
     atomic_store(&m->vs_stop, 1);
     if (m->vs_started)
         pthread_join(m->vs_thr, NULL);
@@ -595,6 +667,7 @@ int mnode_run(const struct mnode_config *cfg)
                 on_accept(m);
         }
         check_heartbeats(m);
+        check_remote_heartbeats(m);
         if (ring_now_ns() - last_sweep > (uint64_t)cfg->sweep_ms * 1000000u) {
             sweep_dead_users(m);
             last_sweep = ring_now_ns();
@@ -611,7 +684,6 @@ int mnode_run(const struct mnode_config *cfg)
     m->nconns = 0;
     status = 0;
 out:
-    stop_rdma(m);
     atomic_store(&m->quit, 1);
     pthread_mutex_lock(&m->mu);
     pthread_cond_broadcast(&m->cv);
@@ -620,6 +692,7 @@ out:
         pthread_join(m->regen_thr, NULL);
     if (m->rec_started)
         pthread_join(m->rec_thr, NULL); /* finishes queued recoveries */
+    stop_rdma(m); /* after them: remote recoveries go through it */
     if (m->lfd >= 0) {
         close(m->lfd);
         unlink(cfg->socket_path);

@@ -40,6 +40,8 @@ struct verbs_server_stats {
     uint64_t setup_ns;     /* binding every window at start */
 };
 void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *st);
+/* The heartbeat word of user id `uid` (wkeys.h), 0 if never written. */
+uint64_t verbs_server_heartbeat(struct verbs_server *s, unsigned uid);
 /* Serve connection events until *stop becomes nonzero. */
 int verbs_server_run(struct verbs_server *s, atomic_int *stop);
 void verbs_server_stop(struct verbs_server *s);

@@ -517,6 +517,13 @@ void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *s
     st->setup_ns = atomic_load(&s->setup_ns);
 }
 
+uint64_t verbs_server_heartbeat(struct verbs_server *s, unsigned uid)
+{
+    if (uid >= WK_HB_SLOTS)
+        return 0;
+    return atomic_load(&s->wk[wk_hb_off(s->nchunks) / 8 + uid]);
+}
+
 void verbs_server_stop(struct verbs_server *s)
 {
     if (!s)

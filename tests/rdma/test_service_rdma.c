@@ -127,3 +127,67 @@ Test(service_rdma, killed_application_loses_its_keys)
     close(fds[0]);
     close(fds[1]);
 }
+
+/* fmemd itself is SIGKILLed while its application holds blocks: it stops
+ * writing its heartbeat word, the memory node recovers its user id through
+ * the NIC, and a restarted fmemd serves again.
+ *   FMEM_TEST_FMEMD=path of fmemd */
+static pid_t spawn_fmemd(const char *fmemd, const char *node, const char *sock)
+{
+    unlink(sock);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(fmemd, fmemd, "--mnode", node, "--socket", sock, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300 && access(sock, F_OK) != 0; i++)
+        usleep(20000);
+    return pid;
+}
+
+static uint64_t pool_bytes(fmem_pool *observer)
+{
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(observer, &st), 0);
+    return st.allocated_bytes;
+}
+
+Test(service_rdma, killed_fmemd_is_recovered_by_the_memory_node)
+{
+    const char *e = getenv("FMEM_TEST_RDMA"), *fmemd = getenv("FMEM_TEST_FMEMD");
+    char host[64], port[8], token[256], node[400], uri[128];
+    cr_assert(e && fmemd && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
+              "FMEM_TEST_RDMA and FMEM_TEST_FMEMD are needed");
+    snprintf(node, sizeof node, "rdma://%s:%s?token=%s", host, port, token);
+    const char *sock = "/tmp/fmemd-kill.sock";
+    snprintf(uri, sizeof uri, "unix:%s", sock);
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+
+    pid_t d = spawn_fmemd(fmemd, node, sock);
+    fmem_pool *p;
+    cr_assert_eq(fmem_open(uri, &p), 0, "fmemd did not come up");
+    fmem_handle h;
+    for (int i = 0; i < 32; i++)
+        cr_assert_eq(fmem_alloc(p, 4096u << (i % 4), &h), 0);
+    cr_assert_gt(pool_bytes(observer), before);
+    kill(d, SIGKILL);
+    waitpid(d, NULL, 0);
+    uint64_t now = 0;
+    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "the dead fmemd's blocks were not recovered (%llu bytes left)",
+                 (unsigned long long)(now - before));
+    cr_assert_neq(fmem_alloc(p, 4096, &h), 0, "an application of a dead fmemd cannot allocate");
+    fmem_close(p);
+
+    d = spawn_fmemd(fmemd, node, sock);
+    cr_assert_eq(fmem_open(uri, &p), 0, "a restarted fmemd must serve");
+    cr_assert_eq(fmem_alloc(p, 4096, &h), 0);
+    cr_assert_eq(fmem_free(p, &h), 0);
+    fmem_close(p);
+    kill(d, SIGTERM);
+    waitpid(d, NULL, 0);
+    fmem_close(observer);
+}

@@ -40,7 +40,8 @@ sock=/tmp/fmemd-rdma.sock
 fmemd=$!
 i=0
 until [ -S $sock ] || [ $i -gt 300 ]; do i=$((i + 1)); sleep 0.1; done
-FMEM_TEST_SVC=unix:$sock "$B/tests/rdma/test_service_rdma" || rc=$((rc + 4))
+FMEM_TEST_SVC=unix:$sock FMEM_TEST_FMEMD="$B/tools/fmemd" "$B/tests/rdma/test_service_rdma" -j1 ||
+    rc=$((rc + 4))
 kill $fmemd; wait $fmemd
 cat /tmp/fmemd.log
 # a memory node serving over RDMA hands its files to no local service
