@@ -166,7 +166,7 @@ static int conn_reset(struct verbs_transport *v, struct verbs_conn *c)
 }
 
 /* Remote address and key of an operation. */
-static bool target(const struct verbs_transport *v, const struct tp_op *op, uint64_t *raddr,
+static void target(const struct verbs_transport *v, const struct tp_op *op, uint64_t *raddr,
                    uint32_t *rkey)
 {
     if (v->t.wkeys_off && op->off >= v->t.wkeys_off) {
@@ -176,7 +176,6 @@ static bool target(const struct verbs_transport *v, const struct tp_op *op, uint
         *raddr = v->w.base + op->off;
         *rkey = op->rkey ? op->rkey : v->w.meta_rkey;
     }
-    return true;
 }
 
 /* Post ops[0..n) (all fitting the bounce buffer and MAX_WR) and wait. */
