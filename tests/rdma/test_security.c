@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <netdb.h>
+#include <rdma/rdma_cma.h>
+
 #include "transport.h"
 #include "verbs/transport_verbs.h"
 
@@ -219,6 +222,75 @@ Test(security, stolen_live_key_works_with_type1_windows)
     cr_assert_eq(got, 42);
     cr_assert_eq(fmem_free(p, &h), 0);
     refused(t, data(t, &h), h.rkey, "the stolen key after the free");
+    tp_close(t);
+    fmem_close(p);
+}
+
+/* A raw connect request carrying `pd` (len bytes) as private data: the
+ * memory node must reject it. Returns the event that ended the attempt. */
+static enum rdma_cm_event_type raw_connect(const void *pd, uint8_t len)
+{
+    struct rdma_event_channel *ec = rdma_create_event_channel();
+    struct rdma_cm_id *id = NULL;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+    cr_assert(ec && getaddrinfo(host, port, &hints, &ai) == 0);
+    cr_assert_eq(rdma_create_id(ec, &id, NULL, RDMA_PS_TCP), 0);
+    enum rdma_cm_event_type last = RDMA_CM_EVENT_ADDR_ERROR;
+    struct rdma_cm_event *ev;
+    int ok = rdma_resolve_addr(id, NULL, ai->ai_addr, 5000) == 0 && rdma_get_cm_event(ec, &ev) == 0;
+    if (ok) {
+        ok = ev->event == RDMA_CM_EVENT_ADDR_RESOLVED;
+        rdma_ack_cm_event(ev);
+    }
+    ok = ok && rdma_resolve_route(id, 5000) == 0 && rdma_get_cm_event(ec, &ev) == 0;
+    if (ok) {
+        ok = ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED;
+        rdma_ack_cm_event(ev);
+    }
+    struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
+                                          .max_recv_sge = 1}};
+    struct rdma_conn_param cp = {.private_data = pd, .private_data_len = len,
+                                 .initiator_depth = 1, .responder_resources = 1};
+    if (ok && rdma_create_qp(id, NULL, &qa) == 0 && rdma_connect(id, &cp) == 0 &&
+        rdma_get_cm_event(ec, &ev) == 0) {
+        last = ev->event;
+        rdma_ack_cm_event(ev);
+    }
+    if (id->qp)
+        rdma_destroy_qp(id);
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(ec);
+    freeaddrinfo(ai);
+    return last;
+}
+
+Test(security, malformed_connect_requests)
+{
+    struct verbs_hello good = {.magic = VERBS_MAGIC, .version = VERBS_VERSION,
+                               .role = VERBS_ROLE_APP};
+    struct verbs_hello bad[] = {good, good, good, good};
+    bad[0].magic ^= 1;
+    bad[1].version = VERBS_VERSION + 1;
+    bad[2].role = 0;
+    bad[3].role = 77;
+    for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(raw_connect(&bad[i], sizeof bad[i]), RDMA_CM_EVENT_REJECTED, "hello %u", i);
+    cr_assert_eq(raw_connect(NULL, 0), RDMA_CM_EVENT_REJECTED, "no private data");
+    /* the CM pads private data with zeros: a hello cut before its role reads
+     * as role 0 */
+    cr_assert_eq(raw_connect(&good, 12), RDMA_CM_EVENT_REJECTED, "truncated hello");
+    uint8_t junk[56];
+    memset(junk, 0xA5, sizeof junk);
+    cr_assert_eq(raw_connect(junk, sizeof junk), RDMA_CM_EVENT_REJECTED, "junk");
+    /* the memory node still serves */
+    fmem_pool *p = owner();
+    struct transport *t = attacker();
+    fmem_handle h;
+    uint64_t v;
+    cr_assert_eq(fmem_alloc(p, 4096, &h), 0);
+    cr_assert_eq(peek(t, data(t, &h), h.rkey, &v), 0);
+    cr_assert_eq(fmem_free(p, &h), 0);
     tp_close(t);
     fmem_close(p);
 }
