@@ -30,6 +30,8 @@
 #include <time.h>
 #include <infiniband/verbs.h>
 
+#include "samples.h"
+
 #define MAX_SIZE (4u << 20)
 #define CHECK_LEN 64
 static const size_t sizes[] = { 4u << 10, 64u << 10, 2u << 20, 4u << 20 };
@@ -52,10 +54,6 @@ struct ctx {
     struct ibv_mr *mr_mw, *mr_chk;
 };
 
-struct stat_ns {
-    double median, p99, mean;
-};
-
 struct row {
     size_t size;
     struct stat_ns mr, mr_reg, mr_dereg, mw1, mw2_bind, mw2_inv;
@@ -73,29 +71,6 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* nearest-rank percentiles of n samples (sorted in place), in ns */
-static struct stat_ns summarize(uint64_t *v, size_t n)
-{
-    struct stat_ns s = { 0, 0, 0 };
-    if (n == 0)
-        return s;
-    qsort(v, n, sizeof *v, cmp_u64);
-    double sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += (double)v[i];
-    s.mean = sum / (double)n;
-    s.median = n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
-    size_t r = (size_t)((99 * n + 99) / 100); /* ceil(0.99 n) */
-    s.p99 = (double)v[r - 1];
-    return s;
 }
 
 /* busy-poll one completion; its wr_id must be `want`. Returns its status. */
@@ -461,9 +436,9 @@ int main(int argc, char **argv)
             t_dereg[k] = t2 - t1;
             t_mr[k] = t2 - t0;
         }
-        r->mr = summarize(t_mr + warmup, (size_t)iters);
-        r->mr_reg = summarize(t_reg + warmup, (size_t)iters);
-        r->mr_dereg = summarize(t_dereg + warmup, (size_t)iters);
+        r->mr = samples_summarize(t_mr + warmup, (size_t)iters);
+        r->mr_reg = samples_summarize(t_reg + warmup, (size_t)iters);
+        r->mr_dereg = samples_summarize(t_dereg + warmup, (size_t)iters);
 
         if (c.mw1_ok) {
             for (size_t k = 0; k < total; k++) {
@@ -471,7 +446,7 @@ int main(int argc, char **argv)
                 bind_mw1(&c, mw1, size);
                 t_mw1[k] = now_ns() - t0;
             }
-            r->mw1 = summarize(t_mw1 + warmup, (size_t)iters);
+            r->mw1 = samples_summarize(t_mw1 + warmup, (size_t)iters);
             bool same;
             enum ibv_wc_status st = read_through(&c, mw1->rkey, size, &same);
             if (!same) {
@@ -493,8 +468,8 @@ int main(int argc, char **argv)
                 t_bind2[k] = t1 - t0;
                 t_inv2[k] = t2 - t1;
             }
-            r->mw2_bind = summarize(t_bind2 + warmup, (size_t)iters);
-            r->mw2_inv = summarize(t_inv2 + warmup, (size_t)iters);
+            r->mw2_bind = samples_summarize(t_bind2 + warmup, (size_t)iters);
+            r->mw2_inv = samples_summarize(t_inv2 + warmup, (size_t)iters);
             /* one more bind, unmeasured, to read through it */
             rkey2 = ibv_inc_rkey(rkey2);
             bind_mw2(&c, mw2, rkey2, size);

@@ -41,6 +41,7 @@
 
 #include "fmem.h"
 #include "fmem-rdmabench.h"
+#include "samples.h"
 
 #define MAX_THREADS 64
 #define MAX_SIZES 8
@@ -65,10 +66,6 @@ enum { WR_LAST = 1, WR_SEND, WR_RECV };
 
 struct cnt {
     uint64_t rtt, rd, wr, cas, cas_fail, send;
-};
-
-struct stat_ns {
-    double median, p99, mean;
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -100,28 +97,6 @@ static void die(const char *what)
 {
     fprintf(stderr, "fmem-rdmabench: %s%s%s\n", what, errno ? ": " : "", errno ? strerror(errno) : "");
     exit(1);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* median, nearest-rank p99 and mean of n samples (sorted in place), in ns */
-static struct stat_ns summarize(uint64_t *v, size_t n)
-{
-    struct stat_ns s = {0, 0, 0};
-    if (n == 0)
-        return s;
-    qsort(v, n, sizeof *v, cmp_u64);
-    double sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += (double)v[i];
-    s.mean = sum / (double)n;
-    s.median = n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
-    s.p99 = (double)v[(99 * n + 99) / 100 - 1];
-    return s;
 }
 
 /* ---- RDMA connections to the serve mode ----------------------------------- */
@@ -665,8 +640,8 @@ static size_t run_config(const bool *want, size_t size, unsigned threads, unsign
             res->ca = r.fa;
             res->cf = r.ff;
         }
-        res->a = summarize(la, res->na);
-        res->f = summarize(lf, res->nf);
+        res->a = samples_summarize(la, res->na);
+        res->f = samples_summarize(lf, res->nf);
     }
     for (unsigned i = 0; i < threads; i++) {
         free(r.t[i].h);
