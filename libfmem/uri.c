@@ -103,6 +103,18 @@ static int parse_query(char *q, struct node_uri *u)
     return 0;
 }
 
+bool uri_split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || !colon[1] || (size_t)(colon - s) >= hcap ||
+        strlen(colon + 1) >= pcap)
+        return false;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = 0;
+    strcpy(port, colon + 1);
+    return true;
+}
+
 static int parse_one(char *s, struct node_uri *u)
 {
     memset(u, 0, sizeof *u);
@@ -130,17 +142,12 @@ static int parse_one(char *s, struct node_uri *u)
         strcpy(u->path, s + 5);
     } else if (!strncmp(s, "rdma://", 7)) {
         /* rdma://HOST:PORT?token=FILE */
-        char *host = s + 7, *colon = strrchr(host, ':');
-        if (!colon || colon == host || !colon[1] || strlen(colon + 1) >= sizeof u->port ||
-            (size_t)(colon - host) >= sizeof u->path)
+        if (!uri_split_host_port(s + 7, u->path, sizeof u->path, u->port, sizeof u->port))
             return FMEM_EURI;
-        for (const char *c = colon + 1; *c; c++)
+        for (const char *c = u->port; *c; c++)
             if (*c < '0' || *c > '9')
                 return FMEM_EURI;
         u->kind = URI_RDMA;
-        memcpy(u->path, host, (size_t)(colon - host));
-        u->path[colon - host] = 0;
-        strcpy(u->port, colon + 1);
     } else {
         return FMEM_EURI;
     }

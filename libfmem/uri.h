@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum uri_kind { URI_MEM, URI_SHM, URI_FILE, URI_RDMA };
@@ -27,6 +28,9 @@ struct node_uri {
 /* Parse `uri` (one or more node URIs separated by ';') into out[]. Returns
  * the number of entries, or FMEM_EURI. */
 int uri_parse(const char *uri, struct node_uri *out, int max);
+/* Split "HOST:PORT" at its last colon into host[hcap] and port[pcap]; false
+ * unless both are non-empty and fit. */
+bool uri_split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap);
 /* Parse "123", "64K", "2M", "1G", "1T". false on junk or overflow. */
 bool uri_parse_size(const char *s, uint64_t *out);
 

@@ -139,13 +139,10 @@ static int map_data(struct svc_client *c, unsigned i, int fd, uint64_t sz)
 static int connect_rdma(struct svc_client *c, unsigned i, const char *addr, uint64_t sz)
 {
 #ifdef HAVE_RDMA
-    char host[MSG_RDMA_ADDR_MAX];
-    snprintf(host, sizeof host, "%s", addr);
-    char *colon = strrchr(host, ':');
-    if (!colon || colon == host || !colon[1])
+    char host[MSG_RDMA_ADDR_MAX], port[MSG_RDMA_ADDR_MAX];
+    if (!uri_split_host_port(addr, host, sizeof host, port, sizeof port))
         return FMEM_EIO;
-    *colon = 0;
-    struct verbs_connect_params cp = {.host = host, .port = colon + 1, .role = VERBS_ROLE_APP};
+    struct verbs_connect_params cp = {.host = host, .port = port, .role = VERBS_ROLE_APP};
     int rc = verbs_transport_connect(&cp, &c->rdma[i]);
     if (rc)
         return rc;
@@ -325,34 +322,35 @@ static int cl_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr)
     return rc;
 }
 
-/* Over RDMA the NIC checks the key again: the local check only spares a
- * round trip for handles we know are wrong. */
-static int cl_read(fmem_pool *p, const fmem_handle *h, uint64_t off, void *dst, size_t len)
+/* Copy between a held block and local memory: memcpy on a mapped shm
+ * node; over RDMA a READ or WRITE with the block's key, which the NIC
+ * checks again (the local check only spares a round trip for handles we
+ * know are wrong). */
+static int cl_copy(fmem_pool *p, const fmem_handle *h, uint64_t off, void *buf, size_t len,
+                   bool write)
 {
     struct svc_client *c = C(p);
     char *w;
     int rc = access_check(c, h, off, len, &w);
     if (rc || len == 0)
         return rc;
-    if (!w)
-        return tp_read_key(c->rdma[h->node], c->rdma[h->node]->meta_size + h->addr + off, dst,
-                           len, h->rkey);
-    memcpy(dst, w, len);
-    return 0;
+    if (w) {
+        memcpy(write ? w : buf, write ? buf : w, len);
+        return 0;
+    }
+    struct transport *t = c->rdma[h->node];
+    uint64_t at = t->meta_size + h->addr + off;
+    return write ? tp_write_key(t, at, buf, len, h->rkey) : tp_read_key(t, at, buf, len, h->rkey);
+}
+
+static int cl_read(fmem_pool *p, const fmem_handle *h, uint64_t off, void *dst, size_t len)
+{
+    return cl_copy(p, h, off, dst, len, false);
 }
 
 static int cl_write(fmem_pool *p, const fmem_handle *h, uint64_t off, const void *src, size_t len)
 {
-    struct svc_client *c = C(p);
-    char *w;
-    int rc = access_check(c, h, off, len, &w);
-    if (rc || len == 0)
-        return rc;
-    if (!w)
-        return tp_write_key(c->rdma[h->node], c->rdma[h->node]->meta_size + h->addr + off, src,
-                            len, h->rkey);
-    memcpy(w, src, len);
-    return 0;
+    return cl_copy(p, h, off, (void *)src, len, true);
 }
 
 static int cl_stats(fmem_pool *p, fmem_stats_t *st)

@@ -546,16 +546,12 @@ static void *verbs_main(void *arg)
 static int start_rdma(struct mnode *m)
 {
 #ifdef HAVE_RDMA
-    char addr[64];
-    const char *colon = strrchr(m->cfg->rdma_addr, ':');
-    if (!colon || colon == m->cfg->rdma_addr || !colon[1] ||
-        (size_t)(colon - m->cfg->rdma_addr) >= sizeof addr) {
+    char addr[64], port[64];
+    if (!uri_split_host_port(m->cfg->rdma_addr, addr, sizeof addr, port, sizeof port)) {
         say(m, "--rdma %s: want ADDR:PORT", m->cfg->rdma_addr);
         return FMEM_EURI;
     }
-    memcpy(addr, m->cfg->rdma_addr, (size_t)(colon - m->cfg->rdma_addr));
-    addr[colon - m->cfg->rdma_addr] = 0;
-    int rc = verbs_server_start(m->node->tp, addr, colon + 1, m->cfg->token_path, &m->vs);
+    int rc = verbs_server_start(m->node->tp, addr, port, m->cfg->token_path, &m->vs);
     if (rc) {
         say(m, "rdma %s: %s", m->cfg->rdma_addr, fmem_strerror(rc));
         return rc;
@@ -563,7 +559,7 @@ static int start_rdma(struct mnode *m)
     m->vs_started = pthread_create(&m->vs_thr, NULL, verbs_main, m) == 0;
     /* our own service connection, for recovering remote services */
     char uri[400];
-    snprintf(uri, sizeof uri, "rdma://%s:%s?token=%s", addr, colon + 1, m->cfg->token_path);
+    snprintf(uri, sizeof uri, "rdma://%s:%s?token=%s", addr, port, m->cfg->token_path);
     m->ru = calloc(m->node->g.nusers, sizeof *m->ru);
     if (!m->vs_started || !m->ru ||
         (rc = fmem_open(uri, &m->rpool))) {
