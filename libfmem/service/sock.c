@@ -2,6 +2,7 @@
 #include "service/sock.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -45,12 +46,32 @@ int sock_listen(const char *path, unsigned mode)
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
         unlink(path);
-    /* bind with a restrictive umask, then widen to `mode`: no window in
-     * which the socket is more open than asked */
+    /* Bind and listen under a private name, then link it into place: the
+     * path appears only once connects to it succeed, so a client that waits
+     * for the file never meets ECONNREFUSED. link() never replaces what is
+     * there (another daemon that won the race, a file that is no socket).
+     * The private name is bound with a restrictive umask and widened to
+     * `mode` before it is published. */
+    struct sockaddr_un t = a;
+    int n = snprintf(t.sun_path, sizeof t.sun_path, "%s.%d", path, (int)getpid());
+    bool staged = n > 0 && (size_t)n < sizeof t.sun_path;
+    if (!staged)
+        t = a;
+    else if (lstat(t.sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(t.sun_path); /* left by a crashed daemon with our pid */
     mode_t old = umask(0077);
-    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    int rc = bind(fd, (struct sockaddr *)&t, sizeof t);
     umask(old);
-    if (rc < 0 || chmod(path, mode) < 0 || listen(fd, 64) < 0) {
+    if (rc == 0 && (chmod(t.sun_path, mode) < 0 || listen(fd, 64) < 0 ||
+                    (staged && link(t.sun_path, path) < 0))) {
+        int e = errno == EEXIST ? EADDRINUSE : errno;
+        unlink(t.sun_path);
+        errno = e;
+        rc = -1;
+    } else if (rc == 0 && staged) {
+        unlink(t.sun_path);
+    }
+    if (rc < 0) {
         int e = errno;
         close(fd);
         errno = e;
