@@ -90,7 +90,7 @@ Test(service, same_api_both_modes)
     cr_assert_eq(fmem_verify(p, &r, NULL), FMEM_ENOTSUP);
     cr_assert_eq(fmem_recover(p, 5, NULL), FMEM_ENOTSUP);
     fmem_close(p);
-    cr_assert(env_wait_allocated(&E, 0, 2000));
+    cr_assert(env_wait_allocated(&E, 0, 10000));
     cr_assert_eq(env_verify_errors(&E), 0);
 }
 
@@ -155,7 +155,7 @@ Test(service, applications_are_isolated)
     cr_assert_eq(fmem_free(a, &forged), FMEM_EACCES);
     cr_assert_eq(fmem_free(a, &h), 0);
     fmem_close(a);
-    cr_assert(env_wait_allocated(&E, 0, 2000));
+    cr_assert(env_wait_allocated(&E, 0, 10000));
 }
 
 Test(service, quotas)
@@ -176,7 +176,7 @@ Test(service, quotas)
     cr_assert(env_status_has(E.fmemd_sock[0], "over quota"));
     fmem_close(q);
     fmem_close(p);
-    cr_assert(env_wait_allocated(&E, 0, 2000));
+    cr_assert(env_wait_allocated(&E, 0, 10000));
 }
 
 /* Frees in service mode leave the backup key empty; the memory node's
@@ -197,7 +197,7 @@ Test(service, keys_regenerated_by_memory_node)
     cr_assert_eq(env_open_pool(&E, &pool), 0);
     struct node *n = pool->nodes[0];
     uint64_t empty = 1;
-    for (int t = 0; t < 200 && empty; t++) {
+    for (int t = 0; t < 1000 && empty; t++) {
         empty = 0;
         const uint64_t *caps = (const uint64_t *)((char *)n->tp->base + n->g.cap_off);
         for (uint64_t c = 0; c < n->g.nchunks; c++)
@@ -328,7 +328,7 @@ Test(service, concurrent_apps_two_services)
     }
     fmem_close(p[0]);
     fmem_close(p[1]);
-    cr_assert(env_wait_allocated(&E, 0, 3000));
+    cr_assert(env_wait_allocated(&E, 0, 10000));
     cr_assert_eq(env_verify_errors(&E), 0);
 }
 

@@ -159,7 +159,7 @@ Test(faults, hostile_socket_messages)
         if (sock_send(service_socket(pest), buf, 64, NULL, 0))
             break;
     int prc = 0;
-    for (int t = 0; t < 100 && prc == 0; t++) {
+    for (int t = 0; t < 500 && prc == 0; t++) {
         prc = service_ping(pest);
         env_nap_ms(20);
     }
@@ -167,8 +167,8 @@ Test(faults, hostile_socket_messages)
     fmem_close(pest);
     cr_assert_eq(fmem_alloc(good, 4096, &keep) == 0 && fmem_free(good, &keep) == 0, 1);
     fmem_close(p);
-    env_nap_ms(200);
-    cr_assert_eq(env_pool_allocated(&E), before, "bad input changed the metadata");
+    /* the flooder's block goes back when fmemd sees it leave */
+    cr_assert(env_wait_allocated(&E, before, 10000), "bad input changed the metadata");
     cr_assert_leq(count_fds(E.fmemd[0]), fds_before + 1, "fmemd leaked descriptors");
     cr_assert(env_status_has(E.fmemd_sock[0], "rejected messages"));
     fmem_close(good);
@@ -247,7 +247,7 @@ Test(faults, hostile_ring_requests)
     cr_assert_str_eq(buf, "victim");
     fmem_close(p);
     fmem_close(victim);
-    cr_assert(env_wait_allocated(&E, 0, 2000));
+    cr_assert(env_wait_allocated(&E, 0, 10000));
     cr_assert_eq(env_verify_errors(&E), 0);
 }
 
@@ -378,7 +378,7 @@ Test(faults, kill_fmemd_and_restart)
     cr_assert_eq(fmem_free(p, &x), 0);
     fmem_close(p);
     fmem_close(other);
-    cr_assert(env_wait_allocated(&E, 0, 3000));
+    cr_assert(env_wait_allocated(&E, 0, 10000));
     cr_assert_eq(env_verify_errors(&E), 0);
 }
 
@@ -402,7 +402,7 @@ Test(faults, mnode_restart_keeps_pool)
     cr_assert_eq(fmem_free(p, &extra), 0);
     cr_assert(env_start_mnode(&E));
     bool resumed = false;
-    for (int t = 0; t < 100 && !resumed; t++) {
+    for (int t = 0; t < 400 && !resumed; t++) {
         resumed = env_status_has(E.mnode_sock, "fmemd0 pid");
         if (!resumed)
             env_nap_ms(50);
@@ -416,6 +416,6 @@ Test(faults, mnode_restart_keeps_pool)
         cr_assert_eq(fmem_free(p, &h[i]), 0);
     }
     fmem_close(p);
-    cr_assert(env_wait_allocated(&E, 0, 2000));
+    cr_assert(env_wait_allocated(&E, 0, 10000));
     cr_assert_eq(env_verify_errors(&E), 0);
 }
