@@ -19,8 +19,6 @@ static struct svc_env E;
 
 static void teardown(void)
 {
-    if (criterion_current_test->data && 0)
-        env_dump_logs(&E);
     env_stop(&E);
 }
 
@@ -28,18 +26,12 @@ TestSuite(service, .fini = teardown, .timeout = 60);
 
 static void start(unsigned n, const char *extra)
 {
-    if (!env_start(&E, n, extra)) {
-        env_dump_logs(&E);
-        cr_assert_fail("daemons did not start");
-    }
+    env_start_or_fail(&E, n, extra);
 }
 
 static fmem_pool *app(unsigned i)
 {
-    fmem_pool *p;
-    int rc = fmem_open(E.app_uri[i], &p);
-    cr_assert_eq(rc, 0, "open %s: %s", E.app_uri[i], fmem_strerror(rc));
-    return p;
+    return env_app(&E, i);
 }
 
 /* The same program runs unchanged on an embedded pool and on the service. */

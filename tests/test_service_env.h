@@ -42,4 +42,24 @@ uint64_t env_verify_errors(const struct svc_env *e);
 /* Does `fmem status unix:SOCK` print `needle`? */
 bool env_status_has(const char *sock, const char *needle);
 
+/* For Criterion tests: start the daemons or fail with their logs; open
+ * application i's connection or fail. */
+#ifdef CRITERION_H_
+static inline void env_start_or_fail(struct svc_env *e, unsigned n, const char *extra)
+{
+    if (!env_start(e, n, extra)) {
+        env_dump_logs(e);
+        cr_assert_fail("daemons did not start");
+    }
+}
+
+static inline fmem_pool *env_app(const struct svc_env *e, unsigned i)
+{
+    fmem_pool *p;
+    int rc = fmem_open(e->app_uri[i], &p);
+    cr_assert_eq(rc, 0, "open %s: %s", e->app_uri[i], fmem_strerror(rc));
+    return p;
+}
+#endif
+
 #endif

@@ -31,18 +31,12 @@ TestSuite(faults, .fini = teardown, .timeout = 90);
 
 static void start(unsigned n, const char *extra)
 {
-    if (!env_start(&E, n, extra)) {
-        env_dump_logs(&E);
-        cr_assert_fail("daemons did not start");
-    }
+    env_start_or_fail(&E, n, extra);
 }
 
 static fmem_pool *app(unsigned i)
 {
-    fmem_pool *p;
-    int rc = fmem_open(E.app_uri[i], &p);
-    cr_assert_eq(rc, 0, "open: %s", fmem_strerror(rc));
-    return p;
+    return env_app(&E, i);
 }
 
 static unsigned count_fds(pid_t pid)

@@ -215,24 +215,38 @@ static const struct elem {
     {"f64", 8, K_FLOAT},
 };
 
-static const struct elem *upvalue_elem(lua_State *L)
+union scalar {
+    int8_t i8; uint8_t u8; int16_t i16; uint16_t u16; int32_t i32; uint32_t u32;
+    int64_t i64; float f32; double f64;
+};
+
+/* One get_T/set_T call: the element (upvalue 1), the call's name for errors
+ * (upvalue 2), the live buffer and the checked offset (arguments 1 and 2). */
+struct access {
+    const struct elem *e;
+    const char *op;
+    lfmem_buffer *b;
+    size_t off;
+};
+
+static struct access check_access(lua_State *L)
 {
-    return &elems[lua_tointeger(L, lua_upvalueindex(1))];
+    struct access a;
+    a.e = &elems[lua_tointeger(L, lua_upvalueindex(1))];
+    a.op = lua_tostring(L, lua_upvalueindex(2));
+    a.b = check_live(L, a.op);
+    if (lua_isnoneornil(L, 2))
+        lfmem_error(L, a.op, "offset expected");
+    a.off = check_range(L, a.b, 2, a.e->size, a.op);
+    return a;
 }
 
 static int buf_get(lua_State *L)
 {
-    const struct elem *e = upvalue_elem(L);
-    const char *op = lua_tostring(L, lua_upvalueindex(2));
-    lfmem_buffer *b = check_live(L, op);
-    if (lua_isnoneornil(L, 2))
-        return lfmem_error(L, op, "offset expected");
-    size_t off = check_range(L, b, 2, e->size, op);
-    union {
-        int8_t i8; uint8_t u8; int16_t i16; uint16_t u16; int32_t i32; uint32_t u32;
-        int64_t i64; float f32; double f64;
-    } v;
-    get_bytes(L, b, off, &v, e->size, op);
+    struct access a = check_access(L);
+    const struct elem *e = a.e;
+    union scalar v;
+    get_bytes(L, a.b, a.off, &v, e->size, a.op);
     switch (e->size * 4 + e->kind) {
     case 1 * 4 + K_INT: lua_pushinteger(L, v.i8); break;
     case 1 * 4 + K_UINT: lua_pushinteger(L, v.u8); break;
@@ -268,25 +282,18 @@ static lua_Integer check_int_value(lua_State *L, const struct elem *e, const cha
 
 static int buf_set(lua_State *L)
 {
-    const struct elem *e = upvalue_elem(L);
-    const char *op = lua_tostring(L, lua_upvalueindex(2));
-    lfmem_buffer *b = check_live(L, op);
-    if (lua_isnoneornil(L, 2))
-        return lfmem_error(L, op, "offset expected");
-    size_t off = check_range(L, b, 2, e->size, op);
-    union {
-        int8_t i8; uint8_t u8; int16_t i16; uint16_t u16; int32_t i32; uint32_t u32;
-        int64_t i64; float f32; double f64;
-    } v;
+    struct access a = check_access(L);
+    const struct elem *e = a.e;
+    union scalar v;
     if (e->kind == K_FLOAT) {
         if (lua_type(L, 3) != LUA_TNUMBER)
-            return lfmem_error(L, op, "value must be a number, got %s", luaL_typename(L, 3));
+            return lfmem_error(L, a.op, "value must be a number, got %s", luaL_typename(L, 3));
         if (e->size == 4)
             v.f32 = (float)lua_tonumber(L, 3);
         else
             v.f64 = (double)lua_tonumber(L, 3);
     } else {
-        lua_Integer i = check_int_value(L, e, op);
+        lua_Integer i = check_int_value(L, e, a.op);
         switch (e->size) {
         case 1: v.u8 = (uint8_t)i; break;
         case 2: v.u16 = (uint16_t)i; break;
@@ -294,7 +301,7 @@ static int buf_set(lua_State *L)
         default: v.i64 = (int64_t)i; break;
         }
     }
-    put_bytes(L, b, off, &v, e->size, op);
+    put_bytes(L, a.b, a.off, &v, e->size, a.op);
     return 0;
 }
 
