@@ -45,12 +45,21 @@ static inline uint64_t wk_entry(uint64_t nchunks, uint64_t c, unsigned k)
     return wk_level_start(nchunks, k) + (c >> k);
 }
 
-/* After the entries: one heartbeat word per user id. A service over RDMA
- * writes (its user slot's pid << 32 | a counter) every period; the memory
- * node recovers a remote service whose word stops changing. */
+/* After the entries: two words per user id. A service over RDMA writes
+ * both every period: its heartbeat (its user slot's pid << 32 | a counter)
+ * and the session id its connections presented to the memory node. The
+ * memory node recovers a remote service whose heartbeat stops changing,
+ * after fencing that session (its queue pairs are shut and it may not
+ * connect again). */
 #define WK_HB_SLOTS 16384u /* user ids are 14 bits */
 static inline uint64_t wk_hb_off(uint64_t nchunks) { return WK_HDR + 8 * wk_entries(nchunks); }
 
-static inline uint64_t wk_bytes(uint64_t nchunks) { return wk_hb_off(nchunks) + 8 * WK_HB_SLOTS; }
+/* Offset of user uid's {heartbeat, session} pair in the table. */
+static inline uint64_t wk_hb_pair(uint64_t nchunks, unsigned uid)
+{
+    return wk_hb_off(nchunks) + 16 * (uint64_t)uid;
+}
+
+static inline uint64_t wk_bytes(uint64_t nchunks) { return wk_hb_off(nchunks) + 16 * WK_HB_SLOTS; }
 
 #endif

@@ -151,22 +151,32 @@ int nodes_connect_all(struct fmemd *d)
     return 0;
 }
 
-/* Over RDMA: write our heartbeat word, and make sure our user slot is still
- * ours (a memory node that took us for dead has recovered it: every block
- * our applications held there is gone, and only a restart is safe). */
+/* Over RDMA: write our heartbeat and session words, and make sure we may
+ * go on. A memory node that took us for dead has fenced our session and
+ * recovered our user slot: every block our applications held there is
+ * gone, and only a restart is safe. */
 static void rdma_heartbeat(struct fmemd *d, struct dnode *dn)
 {
+#ifdef HAVE_RDMA
     struct node *n = dn->n;
     if (!n->tp->wkeys_size)
         return;
     uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE; /* as in our user slot */
-    uint64_t v = ((uint64_t)mine << 32) | (uint32_t)++dn->hb_seq;
-    tp_write(n->tp, n->tp->wkeys_off + wk_hb_off(n->g.nchunks) + 8 * (uint64_t)dn->uid, &v, 8);
+    uint64_t v[2] = {((uint64_t)mine << 32) | (uint32_t)++dn->hb_seq,
+                     verbs_transport_session(n->tp)};
+    tp_write(n->tp, n->tp->wkeys_off + wk_hb_pair(n->g.nchunks, dn->uid), v, sizeof v);
     uint32_t pid;
-    if (tp_read(n->tp, n->g.users_off + 4 * (uint64_t)dn->uid, &pid, 4) == 0 && pid != mine) {
+    if (verbs_transport_fenced(n->tp)) {
+        dsay(d, "memory node %s: we were fenced (taken for dead); exiting", dn->rdma_addr);
+        atomic_store(d->cfg->stop, 2);
+    } else if (tp_read(n->tp, n->g.users_off + 4 * (uint64_t)dn->uid, &pid, 4) == 0 &&
+               pid != mine) {
         dsay(d, "memory node %s: our user id was reclaimed; exiting", dn->rdma_addr);
         atomic_store(d->cfg->stop, 2);
     }
+#else
+    (void)d, (void)dn;
+#endif
 }
 
 void nodes_heartbeat(struct fmemd *d)

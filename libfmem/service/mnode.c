@@ -146,6 +146,21 @@ static bool fence(int pidfd, bool kill_it)
     return poll(&p, 1, kill_it ? 5000 : 2000) == 1;
 }
 
+/* A remote service cannot be killed from here; its session is fenced
+ * instead: its queue pairs are shut and it may not reconnect, so nothing
+ * it sends after this point reaches the pool. */
+static void fence_remote(struct mnode *m, const struct recovery_job *j)
+{
+#ifdef HAVE_RDMA
+    uint64_t session = verbs_server_session(m->vs, j->uid);
+    unsigned shut = verbs_server_fence(m->vs, session);
+    say(m, "user %u (%s): session %016llx fenced, %u connection(s) shut", j->uid, j->name,
+        (unsigned long long)session, shut);
+#else
+    (void)m, (void)j;
+#endif
+}
+
 static void run_job(struct mnode *m, struct recovery_job *j)
 {
     bool gone = fence(j->pidfd, j->fence);
@@ -159,6 +174,8 @@ static void run_job(struct mnode *m, struct recovery_job *j)
         h.rc = FMEM_EBUSY;
         say(m, "user %u (%s) did not exit; not recovered", j->uid, j->name);
     } else {
+        if (j->remote)
+            fence_remote(m, j);
         h.rc = fmem_recover(j->remote ? m->rpool : m->pool, j->uid, &h.st);
         snprintf(h.why, sizeof h.why, "%s", h.rc ? fmem_strerror(h.rc) : "recovered");
         say(m, "user %u (%s) recovered: %llu blocks, %llu bytes in %.3f ms", j->uid, j->name,
@@ -223,8 +240,9 @@ static void queue_recovery(struct mnode *m, unsigned uid, int pidfd, bool do_fen
  * the NIC. The word carries the writer's pid (as in its user slot) in its
  * high half, so a stale word of an earlier holder is not taken for a live
  * one; a process that runs the protocol itself over RDMA writes none and
- * is left to `fmem recover`. A service cannot be fenced from here: a live one that
- * finds its user slot cleared stops by itself (daemon_nodes.c). */
+ * is left to `fmem recover`. Before recovery its session is fenced
+ * (fence_remote); a live one that finds itself fenced stops by itself
+ * (daemon_nodes.c). */
 static void check_remote_heartbeats(struct mnode *m)
 {
     if (!m->rpool)

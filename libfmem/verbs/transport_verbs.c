@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "fmem.h"
 #include "transport.h"
@@ -30,6 +31,7 @@
 #define MAX_WR 128                  /* work requests per post */
 #define MAX_SGE_BYTES (1u << 20)    /* split reads and writes at 1 MiB */
 #define CM_TIMEOUT_MS 5000
+#define ACK_TIMEOUT 15 /* 4.096 us << 15 per try */
 
 struct verbs_conn {
     pthread_mutex_t lock;
@@ -52,18 +54,32 @@ struct verbs_transport {
     bool has_src;
     struct verbs_welcome w;
     _Atomic uint64_t refused; /* requests the NIC refused (remote access error) */
+    atomic_bool fenced;       /* the memory node refused our session */
 };
 
 static _Atomic unsigned conn_rr;
 static _Thread_local int tl_conn = -1;
 
-static int wait_event(struct rdma_event_channel *ec, enum rdma_cm_event_type want,
-                      struct verbs_welcome *welcome)
+/* Wait for the next event of connection `id`. Others of the channel are
+ * passed over: the disconnects of this transport's other queue pairs (a
+ * memory node that shut them) wait there until one of them reconnects. */
+static int wait_event(struct rdma_event_channel *ec, struct rdma_cm_id *id,
+                      enum rdma_cm_event_type want, struct verbs_welcome *welcome)
 {
     struct rdma_cm_event *ev;
-    if (rdma_get_cm_event(ec, &ev))
-        return FMEM_EIO;
-    int ok = ev->event == want;
+    for (;;) {
+        if (rdma_get_cm_event(ec, &ev))
+            return FMEM_EIO;
+        if (ev->id == id)
+            break;
+        rdma_ack_cm_event(ev);
+    }
+    int ok = ev->event == want, fenced = 0;
+    if (ev->event == RDMA_CM_EVENT_REJECTED) {
+        const struct verbs_reject *r = ev->param.conn.private_data;
+        fenced = r && ev->param.conn.private_data_len >= sizeof *r &&
+                 r->magic == VERBS_MAGIC && r->reason == VERBS_REFUSED_FENCED;
+    }
     if (ok && welcome) {
         const void *pd = ev->param.conn.private_data;
         if (!pd || ev->param.conn.private_data_len < sizeof *welcome)
@@ -78,7 +94,7 @@ static int wait_event(struct rdma_event_channel *ec, enum rdma_cm_event_type wan
         errno = ev->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EPROTO;
     }
     rdma_ack_cm_event(ev);
-    return ok ? 0 : FMEM_EIO;
+    return ok ? 0 : fenced ? FMEM_EACCES : FMEM_EIO;
 }
 
 static void conn_close(struct verbs_conn *c)
@@ -112,9 +128,9 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct ver
         return FMEM_EIO;
     if (rdma_resolve_addr(c->id, v->has_src ? (struct sockaddr *)&v->src : NULL,
                           (struct sockaddr *)&v->dst, CM_TIMEOUT_MS) ||
-        wait_event(v->ec, RDMA_CM_EVENT_ADDR_RESOLVED, NULL) ||
+        wait_event(v->ec, c->id, RDMA_CM_EVENT_ADDR_RESOLVED, NULL) ||
         rdma_resolve_route(c->id, CM_TIMEOUT_MS) ||
-        wait_event(v->ec, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL))
+        wait_event(v->ec, c->id, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL))
         return FMEM_EIO;
     c->pd = ibv_alloc_pd(c->id->verbs);
     c->cq = c->pd ? ibv_create_cq(c->id->verbs, 2 * MAX_WR, NULL, NULL, 0) : NULL;
@@ -133,16 +149,25 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct ver
     };
     if (rdma_create_qp(c->id, c->pd, &qa))
         return FMEM_EIO;
+    /* A bounded ack timeout, so that a request to a memory node that has
+     * gone, or has shut this queue pair, fails instead of waiting forever
+     * (the RoCE default is none): 4.096 us << 15 = 134 ms, 7 tries. */
+    uint8_t ack_timeout = ACK_TIMEOUT;
+    rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
+                    sizeof ack_timeout);
     struct rdma_conn_param cp = {
         .private_data = &v->hello,
         .private_data_len = sizeof v->hello,
         .initiator_depth = 16,
         .responder_resources = 16,
-        .retry_count = 7,
+        .retry_count = 6, /* not 7: soft-RoCE takes 7 for "retry forever" */
         .rnr_retry_count = 7,
     };
-    if (rdma_connect(c->id, &cp) || wait_event(v->ec, RDMA_CM_EVENT_ESTABLISHED, w))
+    if (rdma_connect(c->id, &cp))
         return FMEM_EIO;
+    int rc = wait_event(v->ec, c->id, RDMA_CM_EVENT_ESTABLISHED, w);
+    if (rc)
+        return rc;
     if (w->magic != VERBS_MAGIC || w->version != VERBS_VERSION || w->size < w->meta_size)
         return FMEM_ECORRUPT;
     return 0;
@@ -161,6 +186,10 @@ static int conn_reset(struct verbs_transport *v, struct verbs_conn *c)
     if (rc) {
         conn_close(c);
         c->broken = true;
+    }
+    if (rc == FMEM_EACCES) { /* refused as fenced */
+        atomic_store(&v->fenced, true);
+        rc = FMEM_EIO;
     }
     return rc;
 }
@@ -282,6 +311,8 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
         if (ops[i].kind == TP_CAS && (ops[i].off & 7))
             return FMEM_EINVAL;
     }
+    if (atomic_load(&v->fenced))
+        return FMEM_EIO; /* for good: the memory node will not take us back */
     if (tl_conn < 0)
         tl_conn = (int)(atomic_fetch_add(&conn_rr, 1) % v->nconn);
     struct verbs_conn *c = &v->conn[tl_conn];
@@ -379,7 +410,12 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
     for (unsigned i = 0; i < NCONN; i++)
         pthread_mutex_init(&v->conn[i].lock, NULL);
     v->hello = (struct verbs_hello){.magic = VERBS_MAGIC, .version = VERBS_VERSION,
-                                    .role = p->role};
+                                    .role = p->role, .session = p->session};
+    /* a service's queue pairs, reconnects included, share one session id:
+     * the memory node fences them together */
+    while (p->role == VERBS_ROLE_SERVICE && v->hello.session == 0)
+        if (getrandom(&v->hello.session, sizeof v->hello.session, 0) != sizeof v->hello.session)
+            v->hello.session = 0; /* try again */
     int rc = resolve(p->host, p->port, &v->dst);
     if (rc == 0 && p->src) {
         rc = resolve(p->src, NULL, &v->src);
@@ -418,6 +454,16 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
 uint64_t verbs_transport_refused(struct transport *t)
 {
     return atomic_load(&((struct verbs_transport *)t)->refused);
+}
+
+uint64_t verbs_transport_session(const struct transport *t)
+{
+    return ((const struct verbs_transport *)t)->hello.session;
+}
+
+bool verbs_transport_fenced(struct transport *t)
+{
+    return atomic_load(&((struct verbs_transport *)t)->fenced);
 }
 
 uint32_t verbs_transport_mr_rkey(const struct transport *t)

@@ -4,6 +4,8 @@
 #define FMEM_TRANSPORT_VERBS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "transport.h"
 
@@ -14,6 +16,7 @@ struct verbs_connect_params {
     const char *src;        /* local address to connect from (device), or NULL */
     enum verbs_role role;
     const char *token_path; /* services: file holding the node's token */
+    uint64_t session;       /* services: 0 for a fresh random one */
 };
 /* Connect to the memory node at host:port (librdmacm). */
 int verbs_transport_connect(const struct verbs_connect_params *p, struct transport **out);
@@ -22,6 +25,11 @@ uint32_t verbs_transport_mr_rkey(const struct transport *t);
 /* Requests the NIC refused with a remote access error (the responder
  * checked the key and range), since the transport was opened. */
 uint64_t verbs_transport_refused(struct transport *t);
+/* A service's session id (what the memory node fences), 0 for others. */
+uint64_t verbs_transport_session(const struct transport *t);
+/* Has the memory node refused to reconnect us because it fenced our
+ * session? Every later operation fails. */
+bool verbs_transport_fenced(struct transport *t);
 int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES]);
 
 struct verbs_server;
@@ -42,6 +50,12 @@ struct verbs_server_stats {
 void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *st);
 /* The heartbeat word of user id `uid` (wkeys.h), 0 if never written. */
 uint64_t verbs_server_heartbeat(struct verbs_server *s, unsigned uid);
+/* User uid's session word (wkeys.h), 0 if never written. */
+uint64_t verbs_server_session(struct verbs_server *s, unsigned uid);
+/* Fence a service's session: shut its queue pairs (requests already at
+ * the NIC fail, none is served after this returns) and refuse it from now
+ * on. Returns the number of connections shut. */
+unsigned verbs_server_fence(struct verbs_server *s, uint64_t session);
 /* Serve connection events until *stop becomes nonzero. */
 int verbs_server_run(struct verbs_server *s, atomic_int *stop);
 void verbs_server_stop(struct verbs_server *s);

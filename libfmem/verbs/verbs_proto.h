@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #define VERBS_MAGIC 0x464d454d56524253ull /* "FMEMVRBS" */
-#define VERBS_VERSION 2
+#define VERBS_VERSION 3
 #define VERBS_TOKEN_BYTES 16
 
 /* Who connects. Services (and the memory node's own regenerator) prove
@@ -20,12 +20,25 @@ enum verbs_role {
     VERBS_ROLE_LOCAL = 3, /* the memory node's regenerator, over loopback */
 };
 
-/* Client -> memory node (connect request), 32 bytes. */
+/* Client -> memory node (connect request), 40 bytes. */
 struct verbs_hello {
     uint64_t magic;
     uint32_t version;
     uint32_t role;
     uint8_t token[VERBS_TOKEN_BYTES]; /* services: the node's token */
+    uint64_t session; /* services: random, the same on all their queue pairs */
+};
+
+/* Memory node -> client when it refuses a connection (reject private
+ * data; absent for malformed requests). */
+enum verbs_refusal {
+    VERBS_REFUSED_FENCED = 1, /* the session was fenced: its service was
+                               * taken for dead and recovered */
+};
+struct verbs_reject {
+    uint64_t magic;
+    uint32_t reason; /* enum verbs_refusal */
+    uint32_t pad;
 };
 
 /* Memory node -> client (accept). Keys are 0 for applications. */

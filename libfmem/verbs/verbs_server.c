@@ -34,6 +34,7 @@
 
 #define BIND_DEPTH 128          /* binds in flight on the bind queue pair */
 #define IDLE_SCAN_NS 100000000u /* scan at least this often without a doorbell */
+#define MAX_FENCED 256          /* sessions remembered as fenced */
 #define BLOCK_ACCESS (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
 
 struct verbs_server {
@@ -58,6 +59,12 @@ struct verbs_server {
     struct transport *local; /* loopback client: CAS through the NIC */
     pthread_t regen;
     bool regen_started;
+    /* services' connections by session, and the sessions fenced */
+    pthread_mutex_t conns_mu;
+    struct service_conn { struct rdma_cm_id *id; uint64_t session; } *conns;
+    size_t nconns, conns_cap;
+    uint64_t fenced[MAX_FENCED]; /* a ring: the oldest is forgotten */
+    unsigned nfenced;
     atomic_int ready;        /* 1: windows bound; -1: setup failed */
     atomic_int stop;
     _Atomic uint64_t windows, regenerated, passes, regen_ns, setup_ns;
@@ -335,31 +342,90 @@ static int token_ok(const struct verbs_server *s, const uint8_t *t)
     return diff == 0;
 }
 
-static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
+/* ---- sessions and fencing ------------------------------------------------ */
+
+static bool is_fenced(const struct verbs_server *s, uint64_t session)
 {
-    struct rdma_cm_id *id = ev->id;
-    const struct verbs_hello *h = ev->param.conn.private_data;
-    bool ok = h && ev->param.conn.private_data_len >= sizeof *h && h->magic == VERBS_MAGIC &&
-              h->version == VERBS_VERSION && setup_region(s, id->verbs) == 0;
-    bool keys = ok && h->role != VERBS_ROLE_APP;
-    if (ok && h->role != VERBS_ROLE_APP && h->role != VERBS_ROLE_SERVICE &&
-        h->role != VERBS_ROLE_LOCAL)
-        ok = false;
-    if (keys && !token_ok(s, h->token))
-        ok = false;
-    /* until the windows are bound only the regenerator may connect */
-    if (ok && h->role != VERBS_ROLE_LOCAL && atomic_load(&s->ready) != 1)
-        ok = false;
-    if (!ok) {
-        rdma_reject(id, NULL, 0);
-        rdma_destroy_id(id);
-        return;
+    unsigned n = s->nfenced < MAX_FENCED ? s->nfenced : MAX_FENCED;
+    for (unsigned i = 0; i < n; i++)
+        if (s->fenced[i] == session)
+            return true;
+    return false;
+}
+
+/* Remember a service's connection (under conns_mu); false: no memory. */
+static bool conn_add(struct verbs_server *s, struct rdma_cm_id *id, uint64_t session)
+{
+    if (s->nconns == s->conns_cap) {
+        size_t cap = s->conns_cap ? 2 * s->conns_cap : 16;
+        struct service_conn *c = realloc(s->conns, cap * sizeof *c);
+        if (!c)
+            return false;
+        s->conns = c;
+        s->conns_cap = cap;
     }
+    s->conns[s->nconns++] = (struct service_conn){.id = id, .session = session};
+    return true;
+}
+
+static void conn_forget(struct verbs_server *s, struct rdma_cm_id *id)
+{
+    pthread_mutex_lock(&s->conns_mu);
+    for (size_t i = 0; i < s->nconns; i++)
+        if (s->conns[i].id == id) {
+            s->conns[i] = s->conns[--s->nconns];
+            break;
+        }
+    pthread_mutex_unlock(&s->conns_mu);
+}
+
+uint64_t verbs_server_session(struct verbs_server *s, unsigned uid)
+{
+    if (uid >= WK_HB_SLOTS)
+        return 0;
+    return atomic_load(&s->wk[wk_hb_pair(s->nchunks, uid) / 8 + 1]);
+}
+
+unsigned verbs_server_fence(struct verbs_server *s, uint64_t session)
+{
+    if (session == 0)
+        return 0;
+    unsigned shut = 0;
+    pthread_mutex_lock(&s->conns_mu);
+    if (!is_fenced(s, session))
+        s->fenced[s->nfenced++ % MAX_FENCED] = session;
+    for (size_t i = 0; i < s->nconns; i++) {
+        if (s->conns[i].session != session)
+            continue;
+        /* the error state stops the responder at once; the disconnect
+         * tells the other side, and its event frees the connection */
+        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+        ibv_modify_qp(s->conns[i].id->qp, &a, IBV_QP_STATE);
+        rdma_disconnect(s->conns[i].id);
+        s->conns[i].session = 0; /* shut once */
+        shut++;
+    }
+    pthread_mutex_unlock(&s->conns_mu);
+    return shut;
+}
+
+/* ---- connections (continued) --------------------------------------------- */
+
+static void refuse(struct rdma_cm_id *id, enum verbs_refusal why)
+{
+    struct verbs_reject r = {.magic = VERBS_MAGIC, .reason = why};
+    rdma_reject(id, why ? &r : NULL, why ? sizeof r : 0);
+    rdma_destroy_id(id);
+}
+
+/* Create the queue pair of an accepted request and answer it. */
+static void accept_checked(struct verbs_server *s, struct rdma_cm_id *id,
+                           const struct verbs_hello *h, bool keys)
+{
     bool binder = h->role == VERBS_ROLE_LOCAL && !s->bind_qp;
     struct ibv_cq *cq = s->cq;
     if (binder && !(cq = s->bind_cq = ibv_create_cq(id->verbs, 2 * BIND_DEPTH, NULL, NULL, 0))) {
-        rdma_reject(id, NULL, 0);
-        rdma_destroy_id(id);
+        refuse(id, 0);
         return;
     }
     struct ibv_qp_init_attr qa = {
@@ -370,8 +436,7 @@ static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
                 .max_recv_sge = 1},
     };
     if (rdma_create_qp(id, s->pd, &qa)) {
-        rdma_reject(id, NULL, 0);
-        rdma_destroy_id(id);
+        refuse(id, 0);
         return;
     }
     struct verbs_welcome w = {
@@ -399,12 +464,54 @@ static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
     if (binder) /* before accepting: the regenerator may use it as soon as
                  * its side of the connection is established */
         atomic_store(&s->bind_qp, id->qp);
+    if (h->role == VERBS_ROLE_SERVICE && !conn_add(s, id, h->session)) {
+        rdma_destroy_qp(id);
+        refuse(id, 0);
+        return;
+    }
     if (rdma_accept(id, &cp)) {
         if (binder)
             atomic_store(&s->bind_qp, NULL);
+        if (h->role == VERBS_ROLE_SERVICE)
+            s->nconns--; /* the last one added, under the caller's lock */
         rdma_destroy_qp(id);
         rdma_destroy_id(id);
     }
+}
+
+static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
+{
+    struct rdma_cm_id *id = ev->id;
+    const struct verbs_hello *h = ev->param.conn.private_data;
+    bool ok = h && ev->param.conn.private_data_len >= sizeof *h && h->magic == VERBS_MAGIC &&
+              h->version == VERBS_VERSION && setup_region(s, id->verbs) == 0;
+    bool keys = ok && h->role != VERBS_ROLE_APP;
+    if (ok && h->role != VERBS_ROLE_APP && h->role != VERBS_ROLE_SERVICE &&
+        h->role != VERBS_ROLE_LOCAL)
+        ok = false;
+    if (keys && !token_ok(s, h->token))
+        ok = false;
+    /* until the windows are bound only the regenerator may connect */
+    if (ok && h->role != VERBS_ROLE_LOCAL && atomic_load(&s->ready) != 1)
+        ok = false;
+    if (!ok) {
+        refuse(id, 0);
+        return;
+    }
+    /* services carry a session id; a fenced one stays out. The lock is held
+     * until the connection is on the list, so a fence cannot miss it. */
+    bool service = h->role == VERBS_ROLE_SERVICE;
+    if (service) {
+        pthread_mutex_lock(&s->conns_mu);
+        if (h->session == 0 || is_fenced(s, h->session)) {
+            pthread_mutex_unlock(&s->conns_mu);
+            refuse(id, h->session ? VERBS_REFUSED_FENCED : 0);
+            return;
+        }
+    }
+    accept_checked(s, id, h, keys);
+    if (service)
+        pthread_mutex_unlock(&s->conns_mu);
 }
 
 /* Handle one connection event (waiting up to timeout_ms). */
@@ -422,6 +529,7 @@ static int serve_event(struct verbs_server *s, int timeout_ms)
         accept_conn(s, ev);
     rdma_ack_cm_event(ev);
     if (type == RDMA_CM_EVENT_DISCONNECTED && id->qp != s->bind_qp) {
+        conn_forget(s, id);
         rdma_disconnect(id);
         rdma_destroy_qp(id);
         rdma_destroy_id(id);
@@ -457,6 +565,7 @@ int verbs_server_start(struct transport *pool, const char *addr, const char *por
     if (!s)
         return FMEM_ENOMEM;
     s->pool = pool;
+    pthread_mutex_init(&s->conns_mu, NULL);
     strcpy(s->addr, addr);
     strcpy(s->port, port);
     strcpy(s->token_path, token_path);
@@ -521,7 +630,7 @@ uint64_t verbs_server_heartbeat(struct verbs_server *s, unsigned uid)
 {
     if (uid >= WK_HB_SLOTS)
         return 0;
-    return atomic_load(&s->wk[wk_hb_off(s->nchunks) / 8 + uid]);
+    return atomic_load(&s->wk[wk_hb_pair(s->nchunks, uid) / 8]);
 }
 
 void verbs_server_stop(struct verbs_server *s)
@@ -553,6 +662,8 @@ void verbs_server_stop(struct verbs_server *s)
         rdma_destroy_event_channel(s->ec);
     /* queue pairs of connections still open go with the process */
     free(s->mw);
+    free(s->conns);
+    pthread_mutex_destroy(&s->conns_mu);
     free((void *)s->wk);
     free(s);
 }

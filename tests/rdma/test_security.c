@@ -277,6 +277,13 @@ Test(security, malformed_connect_requests)
     for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_assert_eq(raw_connect(&bad[i], sizeof bad[i]), RDMA_CM_EVENT_REJECTED, "hello %u", i);
     cr_assert_eq(raw_connect(NULL, 0), RDMA_CM_EVENT_REJECTED, "no private data");
+    /* a service with the right token but no session cannot be fenced */
+    struct verbs_hello svc = good;
+    svc.role = VERBS_ROLE_SERVICE;
+    cr_assert_eq(verbs_token_read(token, svc.token), 0);
+    cr_assert_eq(raw_connect(&svc, sizeof svc), RDMA_CM_EVENT_REJECTED, "no session");
+    svc.session = 42;
+    cr_assert_eq(raw_connect(&svc, sizeof svc), RDMA_CM_EVENT_ESTABLISHED, "with a session");
     /* the CM pads private data with zeros: a hello cut before its role reads
      * as role 0 */
     cr_assert_eq(raw_connect(&good, 12), RDMA_CM_EVENT_REJECTED, "truncated hello");

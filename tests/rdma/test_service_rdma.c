@@ -5,6 +5,7 @@
  *   FMEM_TEST_SVC=unix:SOCKET   FMEM_TEST_RDMA="HOST PORT TOKEN_FILE" */
 #include <criterion/criterion.h>
 #include <fmem.h>
+#include <fmem_admin.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pool_internal.h"
 #include "transport.h"
 #include "verbs/transport_verbs.h"
+#include "wkeys.h"
 
 static const char *svc(void)
 {
@@ -28,6 +31,24 @@ static fmem_pool *app(void)
     int rc = fmem_open(svc(), &p);
     cr_assert_eq(rc, 0, "connect %s: %s", svc(), fmem_strerror(rc));
     return p;
+}
+
+/* The memory node (FMEM_TEST_RDMA="HOST PORT TOKEN_FILE") and its URI. */
+static char host[64], port[8], token[256], node[400];
+
+static void memory_node(void)
+{
+    const char *e = getenv("FMEM_TEST_RDMA");
+    cr_assert(e && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
+              "FMEM_TEST_RDMA=\"HOST PORT TOKEN_FILE\" is needed");
+    snprintf(node, sizeof node, "rdma://%s:%s?token=%s", host, port, token);
+}
+
+static const char *fmemd_path(void)
+{
+    const char *f = getenv("FMEM_TEST_FMEMD");
+    cr_assert(f && *f, "FMEM_TEST_FMEMD=path of fmemd is needed");
+    return f;
 }
 
 TestSuite(service_rdma, .timeout = 120);
@@ -84,9 +105,7 @@ Test(service_rdma, two_applications)
  * blocks, and the NIC refuses the dead child's key from then on. */
 Test(service_rdma, killed_application_loses_its_keys)
 {
-    const char *e = getenv("FMEM_TEST_RDMA");
-    char host[64], port[8], token[256];
-    cr_assert(e && sscanf(e, "%63s %7s %255s", host, port, token) == 3);
+    memory_node();
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     pid_t pid = fork();
@@ -152,42 +171,137 @@ static uint64_t pool_bytes(fmem_pool *observer)
     return st.allocated_bytes;
 }
 
+/* Wait up to 30 s for the pool to hold `want` bytes; returns what it holds. */
+static uint64_t wait_pool_bytes(fmem_pool *observer, uint64_t want)
+{
+    uint64_t now = 0;
+    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != want; i++)
+        usleep(100000);
+    return now;
+}
+
+/* An fmemd on the memory node at `sock`, an application of it holding n
+ * blocks (4-32 KiB), and an observer of the pool; *before: the pool's bytes
+ * before the blocks. */
+static pid_t fmemd_holding_blocks(const char *sock, int n, fmem_pool **observer,
+                                  fmem_pool **app_pool, uint64_t *before)
+{
+    char uri[128];
+    snprintf(uri, sizeof uri, "unix:%s", sock);
+    cr_assert_eq(fmem_open(node, observer), 0);
+    *before = pool_bytes(*observer);
+    pid_t d = spawn_fmemd(fmemd_path(), node, sock);
+    cr_assert_eq(fmem_open(uri, app_pool), 0, "fmemd did not come up");
+    fmem_handle h;
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(fmem_alloc(*app_pool, 4096u << (i % 4), &h), 0);
+    cr_assert_gt(pool_bytes(*observer), *before);
+    return d;
+}
+
 Test(service_rdma, killed_fmemd_is_recovered_by_the_memory_node)
 {
-    const char *e = getenv("FMEM_TEST_RDMA"), *fmemd = getenv("FMEM_TEST_FMEMD");
-    char host[64], port[8], token[256], node[400], uri[128];
-    cr_assert(e && fmemd && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
-              "FMEM_TEST_RDMA and FMEM_TEST_FMEMD are needed");
-    snprintf(node, sizeof node, "rdma://%s:%s?token=%s", host, port, token);
+    memory_node();
     const char *sock = "/tmp/fmemd-kill.sock";
-    snprintf(uri, sizeof uri, "unix:%s", sock);
-    fmem_pool *observer;
-    cr_assert_eq(fmem_open(node, &observer), 0);
-    uint64_t before = pool_bytes(observer);
-
-    pid_t d = spawn_fmemd(fmemd, node, sock);
-    fmem_pool *p;
-    cr_assert_eq(fmem_open(uri, &p), 0, "fmemd did not come up");
+    fmem_pool *observer, *p;
+    uint64_t before;
+    pid_t d = fmemd_holding_blocks(sock, 32, &observer, &p, &before);
     fmem_handle h;
-    for (int i = 0; i < 32; i++)
-        cr_assert_eq(fmem_alloc(p, 4096u << (i % 4), &h), 0);
-    cr_assert_gt(pool_bytes(observer), before);
     kill(d, SIGKILL);
     waitpid(d, NULL, 0);
-    uint64_t now = 0;
-    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
-        usleep(100000);
+    uint64_t now = wait_pool_bytes(observer, before);
     cr_assert_eq(now, before, "the dead fmemd's blocks were not recovered (%llu bytes left)",
                  (unsigned long long)(now - before));
     cr_assert_neq(fmem_alloc(p, 4096, &h), 0, "an application of a dead fmemd cannot allocate");
     fmem_close(p);
 
-    d = spawn_fmemd(fmemd, node, sock);
+    d = spawn_fmemd(fmemd_path(), node, sock);
+    char uri[128];
+    snprintf(uri, sizeof uri, "unix:%s", sock);
     cr_assert_eq(fmem_open(uri, &p), 0, "a restarted fmemd must serve");
     cr_assert_eq(fmem_alloc(p, 4096, &h), 0);
     cr_assert_eq(fmem_free(p, &h), 0);
     fmem_close(p);
     kill(d, SIGTERM);
     waitpid(d, NULL, 0);
+    fmem_close(observer);
+}
+
+/* A service that falls silent is fenced before the memory node recovers
+ * it: the test plays the service (a pool over RDMA that writes heartbeat
+ * and session words like fmemd), holds blocks, stops its heartbeats, and
+ * must find its queue pairs shut and its session refused, so nothing it
+ * would still send can reach the pool that was recovered under it. */
+Test(service_rdma, silent_service_is_fenced_before_recovery)
+{
+    memory_node();
+    fmem_pool *observer, *svc;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    cr_assert_eq(fmem_open(node, &svc), 0);
+    struct node *n = svc->nodes[0];
+    uint64_t session = verbs_transport_session(n->tp);
+    cr_assert_neq(session, 0);
+    fmem_handle h[8];
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(fmem_alloc(svc, 4096u << i, &h[i]), 0);
+    cr_assert_gt(pool_bytes(observer), before);
+    uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE;
+    uint64_t where = n->tp->wkeys_off + wk_hb_pair(n->g.nchunks, (unsigned)fmem_user_id(svc, 0));
+    for (uint32_t beat = 1; beat <= 4; beat++) {
+        uint64_t v[2] = {(uint64_t)mine << 32 | beat, session};
+        cr_assert_eq(tp_write(n->tp, where, v, sizeof v), 0);
+        usleep(300000);
+    }
+    /* silent from here: the memory node takes us for dead */
+    uint64_t now = wait_pool_bytes(observer, before);
+    cr_assert_eq(now, before, "the silent service was not recovered");
+    uint64_t v = 0;
+    cr_assert_neq(fmem_read(svc, &h[0], 0, &v, 8), 0, "a fenced service still reaches the pool");
+    cr_assert_neq(tp_read(n->tp, n->g.users_off, &v, 8), 0, "a fenced service still reads metadata");
+    cr_assert(verbs_transport_fenced(n->tp), "the reconnect was not refused as fenced");
+    struct verbs_connect_params cp = {.host = host, .port = port, .role = VERBS_ROLE_SERVICE,
+                                      .token_path = token, .session = session};
+    struct transport *t = NULL;
+    cr_assert_eq(verbs_transport_connect(&cp, &t), FMEM_EACCES, "the fenced session came back");
+    cp.session = 0; /* a fresh session is welcome */
+    cr_assert_eq(verbs_transport_connect(&cp, &t), 0);
+    tp_close(t);
+    fmem_verify_report r;
+    cr_assert_eq(fmem_verify(observer, &r, NULL), 0);
+    cr_assert_eq(r.errors, 0, "verifier: %llu errors", (unsigned long long)r.errors);
+    cr_assert_eq(pool_bytes(observer), before);
+    fmem_close(svc);
+    fmem_close(observer);
+}
+
+/* fmemd stopped (SIGSTOP) long enough to be taken for dead: the memory node
+ * fences and recovers it; woken up, it finds itself fenced and exits
+ * instead of serving from a pool state that is no longer its own. */
+Test(service_rdma, stopped_fmemd_exits_when_woken)
+{
+    memory_node();
+    fmem_pool *observer, *p;
+    uint64_t before;
+    pid_t d = fmemd_holding_blocks("/tmp/fmemd-stop.sock", 16, &observer, &p, &before);
+    kill(d, SIGSTOP);
+    uint64_t now = wait_pool_bytes(observer, before);
+    cr_assert_eq(now, before, "the stopped fmemd was not recovered");
+    kill(d, SIGCONT);
+    int st = 0;
+    pid_t got = 0;
+    for (int i = 0; i < 200 && (got = waitpid(d, &st, WNOHANG)) == 0; i++)
+        usleep(50000);
+    if (got == 0) {
+        kill(d, SIGKILL);
+        waitpid(d, NULL, 0);
+    }
+    cr_assert_eq(got, d, "the woken fmemd went on serving");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "status %#x", st);
+    cr_assert_eq(pool_bytes(observer), before, "the woken fmemd changed the pool");
+    fmem_verify_report r;
+    cr_assert_eq(fmem_verify(observer, &r, NULL), 0);
+    cr_assert_eq(r.errors, 0);
+    fmem_close(p);
     fmem_close(observer);
 }
