@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpu_relax.h"
 #include "fmem.h"
 #include "transport.h"
 
@@ -92,15 +93,6 @@ static void futex_wait(_Atomic uint32_t *a, uint32_t v)
 static void futex_wake(_Atomic uint32_t *a)
 {
     syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
 }
 
 static uint64_t thread_cpu_ns(clockid_t c)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cpu_relax.h"
 #include "service/proto.h"
 
 /* fmemd: make a sealed ring file (it cannot be resized by the application
@@ -38,15 +39,6 @@ void ring_sleep(struct ring_hdr **rings, const uint32_t *bells, unsigned n, uint
 /* futex on a word in shared memory */
 int futex_wait_shared(_Atomic uint32_t *w, uint32_t val, uint64_t timeout_ns);
 void futex_wake_shared(_Atomic uint32_t *w, int n);
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 uint64_t ring_now_ns(void);
 
