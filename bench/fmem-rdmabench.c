@@ -312,19 +312,26 @@ static bool fa_claim(struct rconn *c, uint64_t first, uint64_t n, uint64_t tag, 
 }
 
 /* First fit from entry 0. 0, or -1 when no run of n free entries is left. */
+/* READ or WRITE entries [first, first + n) of the free array from or to
+ * `local` (inside the registered buffer), in one round trip. */
+static void array_op(struct rconn *c, enum ibv_wr_opcode op, void *local, uint64_t first,
+                     uint64_t n)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)local, .length = (uint32_t)(8 * n),
+                          .lkey = c->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = WR_LAST, .sg_list = &sge, .num_sge = 1, .opcode = op};
+    wr.wr.rdma.remote_addr = c->w.addr + 8 * first;
+    wr.wr.rdma.rkey = c->w.rkey;
+    post_chain(c, &wr, 1);
+}
+
 static int fa_alloc(struct rconn *c, uint64_t n, uint64_t tag, uint64_t *out, struct cnt *k)
 {
     uint64_t total = c->w.nchunks, win = n > SCAN_ENTRIES ? n : SCAN_ENTRIES;
     uint64_t *scan = (uint64_t *)(c->buf + SCAN_OFF);
     for (uint64_t base = 0; base < total; base += win) {
         uint64_t cnt = total - base < win ? total - base : win;
-        struct ibv_sge sge = {.addr = (uintptr_t)scan, .length = (uint32_t)(8 * cnt),
-                              .lkey = c->mr->lkey};
-        struct ibv_send_wr wr = {.wr_id = WR_LAST, .sg_list = &sge, .num_sge = 1,
-                                 .opcode = IBV_WR_RDMA_READ};
-        wr.wr.rdma.remote_addr = c->w.addr + 8 * base;
-        wr.wr.rdma.rkey = c->w.rkey;
-        post_chain(c, &wr, 1);
+        array_op(c, IBV_WR_RDMA_READ, scan, base, cnt);
         k->rtt++;
         k->rd++;
         for (uint64_t off = 0; off + n <= cnt; off += n) {
@@ -341,13 +348,7 @@ static int fa_alloc(struct rconn *c, uint64_t n, uint64_t tag, uint64_t *out, st
 
 static void fa_free(struct rconn *c, uint64_t first, uint64_t n, struct cnt *k)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)(c->buf + ZERO_OFF), .length = (uint32_t)(8 * n),
-                          .lkey = c->mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = WR_LAST, .sg_list = &sge, .num_sge = 1,
-                             .opcode = IBV_WR_RDMA_WRITE};
-    wr.wr.rdma.remote_addr = c->w.addr + 8 * first;
-    wr.wr.rdma.rkey = c->w.rkey;
-    post_chain(c, &wr, 1);
+    array_op(c, IBV_WR_RDMA_WRITE, c->buf + ZERO_OFF, first, n);
     k->rtt++;
     k->wr++;
 }
