@@ -1,15 +1,18 @@
 /* fmem_lua.c - fmem-lua: the Lua 5.4 interpreter with its main state's
  * heap in far memory (see fmem_lua.h for $FMEM_LUA_BACKING).
  *
- *   fmem-lua [options] [script [args]]
- *     -e stat   run the string stat        -l mod   require mod into global mod
- *     -i        interactive after script   -v       print the version
- *     -E        ignore LUA_INIT            -W       turn warnings on
- *     --        stop handling options      -        run stdin
+ * The command line, messages and exit codes are those of lua5.4(1):
  *
- * As with lua(1), the script's arguments are in the global `arg` and in
- * `...`. require "fmem" works without installing the module: the binding
- * is linked in. */
+ *   fmem-lua [options] [script [args]]
+ *     -e stat   run the string stat        -l mod    require mod into global mod
+ *     -i        interactive after script   -l g=mod  require mod into global g
+ *     -v        print the version          -E        ignore LUA_INIT*, LUA_PATH, LUA_CPATH
+ *     -W        turn warnings on           --        stop handling options
+ *     -         run stdin and stop handling options
+ *
+ * The script gets the positive entries of the global `arg` as `...`.
+ * -v prints Lua's version line, then fmem's. require "fmem" works without
+ * installing the module: the binding is linked in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,93 +22,80 @@
 
 #include "fmem_lua.h"
 
-static const char *progname = "fmem-lua";
+enum { HAS_ERROR = 1, HAS_I = 2, HAS_V = 4, HAS_E = 8, HAS_LOWER_E = 16 };
 
-static int msghandler(lua_State *L)
+static void print_usage(const char *badoption)
 {
-    const char *msg = lua_tostring(L, 1);
-    if (!msg) {
-        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-            return 1;
-        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-    }
-    luaL_traceback(L, L, msg, 1);
-    return 1;
-}
-
-int host_docall(lua_State *L, int narg, int nres)
-{
-    int base = lua_gettop(L) - narg;
-    lua_pushcfunction(L, msghandler);
-    lua_insert(L, base);
-    int status = lua_pcall(L, narg, nres, base);
-    lua_remove(L, base);
-    return status;
-}
-
-int host_report(lua_State *L, int status)
-{
-    if (status != LUA_OK) {
-        fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
-        fflush(stderr);
-        lua_pop(L, 1);
-    }
-    return status;
-}
-
-static void usage(void)
-{
+    fprintf(stderr, "%s: ", host_progname);
+    if (badoption[1] == 'e' || badoption[1] == 'l')
+        fprintf(stderr, "'%s' needs argument\n", badoption);
+    else
+        fprintf(stderr, "unrecognized option '%s'\n", badoption);
     fprintf(stderr,
             "usage: %s [options] [script [args]]\n"
-            "  -e stat  run the string 'stat'\n"
-            "  -i       interactive mode after the script\n"
-            "  -l mod   require 'mod' into global 'mod'\n"
-            "  -v       show version information\n"
-            "  -E       ignore environment variables (LUA_INIT)\n"
-            "  -W       turn warnings on\n"
-            "  --       stop handling options\n"
-            "  -        run stdin and stop handling options\n"
-            "environment: FMEM_LUA_BACKING=shm|region:CACHE[:SIZE]|libc, FMEM_URI=pool,\n"
-            "             FMEM_LUA_STATS=1 (statistics on stderr at exit)\n",
-            progname);
+            "Available options are:\n"
+            "  -e stat   execute string 'stat'\n"
+            "  -i        enter interactive mode after executing 'script'\n"
+            "  -l mod    require library 'mod' into global 'mod'\n"
+            "  -l g=mod  require library 'mod' into global 'g'\n"
+            "  -v        show version information\n"
+            "  -E        ignore environment variables\n"
+            "  -W        turn warnings on\n"
+            "  --        stop handling options\n"
+            "  -         stop handling options and execute stdin\n",
+            host_progname);
+    fflush(stderr);
 }
 
-struct opts {
-    int first_arg; /* argv index of the script, or argc */
-    int interactive, version, no_env, has_exec;
-};
-
-/* Check the options; -1 on a bad one. */
-static int scan_args(int argc, char **argv, struct opts *o)
+static void print_version(void)
 {
-    memset(o, 0, sizeof *o);
-    int i;
-    for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+    printf("%s\n", LUA_COPYRIGHT);
+    printf("fmem %d.%d (heap: %s)\n", FMEM_VERSION_MAJOR, FMEM_VERSION_MINOR,
+           host_backing_name());
+    fflush(stdout);
+}
+
+/* Scan the options. Returns the HAS_* flags; *script is the index of the
+ * script (argc if none) or, with HAS_ERROR, of the bad option. An option
+ * letter with extra characters is bad, except -e and -l, which take the
+ * rest or the next argument (that must not start with '-'). */
+static int scan_args(int argc, char **argv, int *script)
+{
+    int flags = 0, i;
+    for (i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--")) {
-            i++;
+        *script = i;
+        if (a[0] != '-')
+            return flags;
+        switch (a[1]) {
+        case '-':
+            if (a[2])
+                return HAS_ERROR;
+            *script = i + 1;
+            return flags;
+        case '\0':
+            return flags; /* the script is "-": stdin */
+        case 'i':
+        case 'v':
+        case 'E':
+        case 'W':
+            if (a[2])
+                return HAS_ERROR;
+            flags |= a[1] == 'i' ? HAS_I | HAS_V : a[1] == 'v' ? HAS_V : a[1] == 'E' ? HAS_E : 0;
             break;
-        }
-        if (!strcmp(a, "-"))
-            break;
-        if (!strcmp(a, "-i")) {
-            o->interactive = o->version = 1;
-        } else if (!strcmp(a, "-v")) {
-            o->version = 1;
-        } else if (!strcmp(a, "-E")) {
-            o->no_env = 1;
-        } else if (!strcmp(a, "-W")) {
-        } else if (!strncmp(a, "-e", 2) || !strncmp(a, "-l", 2)) {
+        case 'e':
+        case 'l':
             if (a[1] == 'e')
-                o->has_exec = 1;
-            if (!a[2] && ++i >= argc)
-                return -1;
-        } else {
-            return -1;
+                flags |= HAS_LOWER_E;
+            if (!a[2] && (++i >= argc || argv[i][0] == '-'))
+                return HAS_ERROR;
+            break;
+        default:
+            return HAS_ERROR;
         }
     }
-    o->first_arg = i;
-    return 0;
+    *script = i;
+    return flags;
 }
 
 /* arg = { [-n..-1] = interpreter and options, [0] = script, [1..] = args } */
@@ -113,7 +103,7 @@ static void create_arg_table(lua_State *L, int argc, char **argv, int script)
 {
     if (script == argc)
         script = 0;
-    lua_createtable(L, argc - script - 1 > 0 ? argc - script - 1 : 0, script + 1);
+    lua_createtable(L, argc - (script + 1), script + 1);
     for (int i = 0; i < argc; i++) {
         lua_pushstring(L, argv[i]);
         lua_rawseti(L, -2, i - script);
@@ -121,41 +111,41 @@ static void create_arg_table(lua_State *L, int argc, char **argv, int script)
     lua_setglobal(L, "arg");
 }
 
-static int dochunk(lua_State *L, int status)
+/* -l mod or -l g=mod: g = require "mod" */
+static int dolibrary(lua_State *L, const char *spec)
 {
-    if (status == LUA_OK)
-        status = host_docall(L, 0, 0);
-    return host_report(L, status);
-}
-
-static int dolibrary(lua_State *L, const char *name)
-{
+    const char *eq = strchr(spec, '=');
     lua_getglobal(L, "require");
-    lua_pushstring(L, name);
+    lua_pushstring(L, eq ? eq + 1 : spec);
     int status = host_docall(L, 1, 1);
-    if (status == LUA_OK)
-        lua_setglobal(L, name);
+    if (status == LUA_OK) {
+        if (eq)
+            lua_pushlstring(L, spec, (size_t)(eq - spec));
+        else
+            lua_pushstring(L, spec);
+        lua_insert(L, -2);
+        lua_setglobal(L, lua_tostring(L, -2));
+        lua_pop(L, 1);
+    }
     return host_report(L, status);
 }
 
-/* -e, -l and -W, in order */
+/* -e, -l and -W before the script, in order; 0 if one failed */
 static int run_options(lua_State *L, char **argv, int n)
 {
     for (int i = 1; i < n; i++) {
         const char *a = argv[i];
-        if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l' && a[1] != 'W'))
-            continue;
         if (a[1] == 'W') {
             lua_warning(L, "@on", 0);
-            continue;
+        } else if (a[1] == 'e' || a[1] == 'l') {
+            const char *extra = a[2] ? a + 2 : argv[++i];
+            int status = a[1] == 'e' ? host_dostring(L, extra, "=(command line)")
+                                     : dolibrary(L, extra);
+            if (status != LUA_OK)
+                return 0;
         }
-        const char *extra = a[2] ? a + 2 : argv[++i];
-        int status = a[1] == 'e' ? dochunk(L, luaL_loadbuffer(L, extra, strlen(extra), "=(command line)"))
-                                 : dolibrary(L, extra);
-        if (status != LUA_OK)
-            return status;
     }
-    return LUA_OK;
+    return 1;
 }
 
 static int run_init(lua_State *L)
@@ -169,23 +159,32 @@ static int run_init(lua_State *L)
     if (!init)
         return LUA_OK;
     if (init[0] == '@')
-        return dochunk(L, luaL_loadfile(L, init + 1));
-    return dochunk(L, luaL_loadbuffer(L, init, strlen(init), name));
+        return host_dofile(L, init + 1);
+    return host_dostring(L, init, name);
 }
 
-static int run_script(lua_State *L, int argc, char **argv, int script)
+/* The script's arguments are arg[1..#arg], read when it starts (LUA_INIT
+ * and -e may have changed them). */
+static int push_script_args(lua_State *L)
+{
+    if (lua_getglobal(L, "arg") != LUA_TTABLE)
+        luaL_error(L, "'arg' is not a table");
+    int n = (int)luaL_len(L, -1);
+    luaL_checkstack(L, n + 3, "too many arguments to script");
+    for (int i = 1; i <= n; i++)
+        lua_rawgeti(L, -i, i);
+    lua_remove(L, -n - 1);
+    return n;
+}
+
+static int run_script(lua_State *L, char **argv, int script)
 {
     const char *fname = argv[script];
     if (!strcmp(fname, "-") && strcmp(argv[script - 1], "--"))
         fname = NULL; /* stdin */
     int status = luaL_loadfile(L, fname);
-    if (status == LUA_OK) {
-        int n = argc - script - 1;
-        luaL_checkstack(L, n + 3, "too many arguments to script");
-        for (int i = 1; i <= n; i++)
-            lua_pushstring(L, argv[script + i]);
-        status = host_docall(L, n, LUA_MULTRET);
-    }
+    if (status == LUA_OK)
+        status = host_docall(L, push_script_args(L), LUA_MULTRET);
     return host_report(L, status);
 }
 
@@ -194,33 +193,43 @@ static int pmain(lua_State *L)
 {
     int argc = (int)lua_tointeger(L, 1);
     char **argv = lua_touserdata(L, 2);
-    struct opts *o = lua_touserdata(L, 3);
+    int script = argc;
+    int flags = scan_args(argc, argv, &script);
     luaL_checkversion(L);
+    if (flags == HAS_ERROR) {
+        print_usage(argv[script]);
+        return 0;
+    }
+    if (flags & HAS_V)
+        print_version();
+    if (flags & HAS_E) { /* the package library then ignores LUA_PATH and LUA_CPATH */
+        lua_pushboolean(L, 1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
+    }
     luaL_openlibs(L);
     /* require "fmem" finds the linked-in binding first */
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     lua_pushcfunction(L, luaopen_fmem);
     lua_setfield(L, -2, "fmem");
     lua_pop(L, 1);
-    create_arg_table(L, argc, argv, o->first_arg);
+    create_arg_table(L, argc, argv, script);
     lua_gc(L, LUA_GCRESTART);
     lua_gc(L, LUA_GCGEN, 0, 0);
-    if (o->version)
-        printf("%s (fmem %d.%d, heap: %s)\n", LUA_COPYRIGHT, FMEM_VERSION_MAJOR,
-               FMEM_VERSION_MINOR, getenv("FMEM_LUA_BACKING") ? getenv("FMEM_LUA_BACKING") : "shm");
-    if (!o->no_env && run_init(L) != LUA_OK)
+    if (!(flags & HAS_E) && run_init(L) != LUA_OK)
         return 0;
-    if (run_options(L, argv, o->first_arg) != LUA_OK)
+    if (!run_options(L, argv, script))
         return 0;
-    if (o->first_arg < argc && run_script(L, argc, argv, o->first_arg) != LUA_OK)
+    if (script < argc && run_script(L, argv, script) != LUA_OK)
         return 0;
-    if (o->interactive) {
+    if (flags & HAS_I) {
         host_repl(L);
-    } else if (o->first_arg == argc && !o->has_exec && !o->version) {
-        if (isatty(STDIN_FILENO))
+    } else if (script == argc && !(flags & (HAS_LOWER_E | HAS_V))) {
+        if (isatty(STDIN_FILENO)) {
+            print_version();
             host_repl(L);
-        else if (dochunk(L, luaL_loadfile(L, NULL)) != LUA_OK)
-            return 0;
+        } else {
+            host_dofile(L, NULL); /* lua(1) exits 0 even if this fails */
+        }
     }
     lua_pushboolean(L, 1);
     return 1;
@@ -229,28 +238,23 @@ static int pmain(lua_State *L)
 int main(int argc, char **argv)
 {
     if (argv[0] && argv[0][0])
-        progname = argv[0];
-    struct opts o;
-    if (scan_args(argc, argv, &o)) {
-        usage();
-        return 1;
-    }
+        host_progname = argv[0];
     struct host h;
     if (host_setup(&h))
-        return 1;
+        return EXIT_FAILURE;
     lua_State *L = host_newstate(&h);
     if (!L) {
-        fprintf(stderr, "%s: cannot create state: not enough memory\n", progname);
-        return 1;
+        host_message(host_progname, "cannot create state: not enough memory");
+        host_teardown(&h, NULL);
+        return EXIT_FAILURE;
     }
     lua_gc(L, LUA_GCSTOP); /* while building the state, as lua(1) does */
     lua_pushcfunction(L, pmain);
     lua_pushinteger(L, argc);
     lua_pushlightuserdata(L, argv);
-    lua_pushlightuserdata(L, &o);
-    int status = lua_pcall(L, 3, 1, 0);
+    int status = lua_pcall(L, 2, 1, 0);
     int ok = status == LUA_OK && lua_toboolean(L, -1);
     host_report(L, status);
     host_teardown(&h, L);
-    return ok ? 0 : 1;
+    return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -29,16 +29,32 @@ struct host {
 int host_setup(struct host *h);
 /* The main state on the host's heap (NULL: out of memory). */
 lua_State *host_newstate(struct host *h);
-/* Close L, free the heap and the pool; with $FMEM_LUA_STATS set, print
- * one line of statistics to stderr. Returns -1 if the pool holds more than
- * before the heap was made. */
+/* Close L (unless NULL), free the heap and the pool; with $FMEM_LUA_STATS
+ * set, print one line of statistics to stderr. Returns -1 if the pool
+ * holds more than before the heap was made. */
 int host_teardown(struct host *h, lua_State *L);
+/* "shm", "region:50:64M" or "libc": the heap host_setup made */
+const char *host_backing_name(void);
 
-/* fmem_lua_repl.c: read-eval-print on stdin */
-void host_repl(lua_State *L);
-/* fmem_lua.c: run the function on top with a traceback handler */
+/* fmem_lua_call.c: running code and reporting errors as lua(1) does */
+extern const char *host_progname; /* argv[0]; NULL in the REPL */
+/* run the function under narg arguments with a traceback handler; Ctrl-C
+ * meanwhile raises "interrupted!" */
 int host_docall(lua_State *L, int narg, int nres);
-/* print the error on top of L, pop it; returns status */
+/* "PROG: MSG" (or "MSG" when prog is NULL) on stderr */
+void host_message(const char *prog, const char *msg);
+/* print the error on top of L and pop it (if status is not LUA_OK) */
 int host_report(lua_State *L, int status);
+/* call the chunk that status says was loaded, report errors */
+int host_dochunk(lua_State *L, int status);
+int host_dostring(lua_State *L, const char *s, const char *name);
+int host_dofile(lua_State *L, const char *name); /* NULL: stdin */
+
+/* fmem_lua_repl.c: the read-eval-print loop on stdin */
+void host_repl(lua_State *L);
+/* fmem_lua_readline.c: push the next line of input after showing prompt
+ * (0 at the end of input); keep a line in the history */
+int host_readline(lua_State *L, const char *prompt);
+void host_saveline(const char *line);
 
 #endif

@@ -10,6 +10,13 @@
 
 #define DEFAULT_REGION_SIZE ((size_t)256 << 20)
 
+static const char *backing_name = "shm";
+
+const char *host_backing_name(void)
+{
+    return backing_name;
+}
+
 static int bad_spec(const char *spec)
 {
     fprintf(stderr, "fmem-lua: FMEM_LUA_BACKING='%s': want shm, region:CACHE[:SIZE] "
@@ -52,6 +59,7 @@ static int parse_backing(struct host *h)
     if (!spec || !*spec)
         spec = "shm";
     snprintf(h->spec, sizeof h->spec, "%s", spec);
+    backing_name = h->spec;
     if (!strcmp(spec, "shm") || !strcmp(spec, "pool")) {
         h->kind = HOST_POOL;
         return 0;
@@ -120,7 +128,8 @@ int host_teardown(struct host *h, lua_State *L)
 {
     const char *want = getenv("FMEM_LUA_STATS");
     int report = want && *want && strcmp(want, "0");
-    lua_close(L);
+    if (L)
+        lua_close(L);
     if (h->kind == HOST_LIBC) {
         if (report)
             fprintf(stderr, "fmem-lua: backing=libc\n");
