@@ -10,7 +10,7 @@
 static FpBinding *arena_binding; /* never released */
 
 const char fp_install_arena_doc[] =
-    "install_arena_allocator(target=None) -> Pool | Region\n\n"
+    "install_arena_allocator($module, /, target=None)\n--\n\n"
     "Put CPython's small-object arenas in far memory from now on: new arenas\n"
     "come from a heap on target (a Pool, or a Region to page them through a\n"
     "local cache; None: a new pool from fmem.open()), arenas made before are\n"
@@ -49,7 +49,7 @@ PyObject *fp_install_arena(PyObject *module, PyObject *args, PyObject *kw)
 }
 
 const char fp_arena_stats_doc[] =
-    "arena_allocator_stats() -> dict | None\n\n"
+    "arena_allocator_stats($module, /)\n--\n\n"
     "Counters of the arena heap (see numpy_arrays.stats(): mallocs are\n"
     "arenas placed in far memory, foreign_frees arenas freed the old way),\n"
     "or None before install_arena_allocator().";

@@ -116,7 +116,7 @@ static void buffer_dealloc(FpBuffer *b)
 }
 
 PyDoc_STRVAR(free_doc,
-"free()\n\n"
+"free($self, /)\n--\n\n"
 "Give the block back to the pool. Raises BufferInUseError while views\n"
 "(memoryview, numpy arrays, ...) of it are alive, DoubleFreeError when\n"
 "it is already free.");
@@ -136,7 +136,7 @@ static PyObject *buffer_free(FpBuffer *b, PyObject *unused)
 }
 
 PyDoc_STRVAR(close_doc,
-"close()\n\n"
+"close($self, /)\n--\n\n"
 "Like free(), but does nothing when the buffer is already free.");
 
 static PyObject *buffer_close(FpBuffer *b, PyObject *unused)
@@ -161,7 +161,7 @@ static PyObject *buffer_exit(FpBuffer *b, PyObject *args)
 }
 
 PyDoc_STRVAR(read_doc,
-"read(offset=0, size=-1) -> bytes\n\n"
+"read($self, /, offset=0, size=-1)\n--\n\n"
 "Copy size bytes from offset (size -1: up to the end) into a new bytes\n"
 "object. Works on every transport, also where the buffer cannot be\n"
 "mapped.");
@@ -198,7 +198,7 @@ static PyObject *buffer_read(FpBuffer *b, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(write_doc,
-"write(data, offset=0) -> int\n\n"
+"write($self, /, data, offset=0)\n--\n\n"
 "Copy the bytes of data (any contiguous buffer) into the buffer at\n"
 "offset; returns the number of bytes written. IndexError if they do not\n"
 "fit.");
@@ -451,8 +451,10 @@ static PyMethodDef buffer_methods[] = {
     {"read", (PyCFunction)(void (*)(void))buffer_read, METH_VARARGS | METH_KEYWORDS, read_doc},
     {"write", (PyCFunction)(void (*)(void))buffer_write, METH_VARARGS | METH_KEYWORDS,
      write_doc},
-    {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, "Return the buffer itself."},
-    {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, "Free the buffer (see close())."},
+    {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nReturn the buffer itself."},
+    {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS,
+     "__exit__($self, t, v, tb, /)\n--\n\nFree the buffer (see close())."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,14 @@
 /* errors.c - fmem's exception classes: one per libfmem error code, all under
  * fmem.Error, each also deriving from the built-in exception a Python
- * program would expect (MemoryError, ValueError, OSError, ...). */
+ * program would expect (MemoryError, ValueError, OSError, ...).
+ *
+ * The OSError ones carry .errno: the system call's errno
+ * when a system call failed, else one that says the same (EBUSY, EDQUOT,
+ * ...). When Python has an OSError subclass for that errno
+ * (FileNotFoundError for ENOENT, ConnectionRefusedError, ...), the
+ * exception is an instance of a subclass of both, named like the fmem
+ * class, so that both `except fmem.TransportError` and
+ * `except FileNotFoundError` catch it. */
 #include "fmempy.h"
 
 #include <errno.h>
@@ -13,42 +21,43 @@ PyObject *FpExc_Error, *FpExc_Closed, *FpExc_InUse, *FpExc_Size, *FpExc_DoubleFr
 struct exc_spec {
     const char *name; /* fmem.<name> */
     int code;         /* libfmem code it stands for, 0: none */
+    int err;          /* OSError ones: .errno when no system call said */
     PyObject **base;  /* the built-in class it also derives from */
     PyObject **slot;  /* where the class is kept, or NULL */
     const char *doc;
 };
 
 static const struct exc_spec specs[] = {
-    {"OutOfMemoryError", FMEM_ENOMEM, &PyExc_MemoryError, NULL,
+    {"OutOfMemoryError", FMEM_ENOMEM, 0, &PyExc_MemoryError, NULL,
      "The pool has no free block of that size."},
-    {"SizeError", FMEM_ESIZE, &PyExc_ValueError, &FpExc_Size,
+    {"SizeError", FMEM_ESIZE, 0, &PyExc_ValueError, &FpExc_Size,
      "A size is zero, negative, or larger than the pool (or region) can hold."},
-    {"InvalidArgumentError", FMEM_EINVAL, &PyExc_ValueError, NULL,
+    {"InvalidArgumentError", FMEM_EINVAL, 0, &PyExc_ValueError, NULL,
      "An argument is not valid for this call."},
-    {"DoubleFreeError", FMEM_EDOUBLEFREE, &PyExc_ValueError, &FpExc_DoubleFree,
+    {"DoubleFreeError", FMEM_EDOUBLEFREE, 0, &PyExc_ValueError, &FpExc_DoubleFree,
      "The block is already free."},
-    {"BadHandleError", FMEM_EBADHANDLE, &PyExc_ValueError, NULL,
+    {"BadHandleError", FMEM_EBADHANDLE, 0, &PyExc_ValueError, NULL,
      "The handle does not name an allocation."},
-    {"URIError", FMEM_EURI, &PyExc_ValueError, NULL,
+    {"URIError", FMEM_EURI, 0, &PyExc_ValueError, NULL,
      "The pool URI cannot be parsed."},
-    {"ClosedError", 0, &PyExc_ValueError, &FpExc_Closed,
+    {"ClosedError", 0, 0, &PyExc_ValueError, &FpExc_Closed,
      "The buffer was freed, or the pool or region was closed."},
-    {"RangeError", FMEM_ERANGE, &PyExc_IndexError, NULL,
+    {"RangeError", FMEM_ERANGE, 0, &PyExc_IndexError, NULL,
      "An offset or length is outside the memory."},
-    {"BufferInUseError", 0, &PyExc_BufferError, &FpExc_InUse,
+    {"BufferInUseError", 0, 0, &PyExc_BufferError, &FpExc_InUse,
      "Views of the memory (memoryview, numpy arrays, ...) are still alive, or a heap "
      "owns it."},
-    {"CorruptPoolError", FMEM_ECORRUPT, &PyExc_OSError, NULL,
+    {"CorruptPoolError", FMEM_ECORRUPT, EUCLEAN, &PyExc_OSError, NULL,
      "The pool file is corrupt or not an fmem pool."},
-    {"TransportError", FMEM_EIO, &PyExc_OSError, NULL,
+    {"TransportError", FMEM_EIO, EIO, &PyExc_OSError, NULL,
      "A system call or the transport failed."},
-    {"NotSupportedError", FMEM_ENOTSUP, &PyExc_OSError, &FpExc_NotSupported,
+    {"NotSupportedError", FMEM_ENOTSUP, EOPNOTSUPP, &PyExc_OSError, &FpExc_NotSupported,
      "The transport (or this build) cannot do this."},
-    {"BusyError", FMEM_EBUSY, &PyExc_OSError, &FpExc_Busy,
+    {"BusyError", FMEM_EBUSY, EBUSY, &PyExc_OSError, &FpExc_Busy,
      "No free user id, or the resource is already in use."},
-    {"QuotaError", FMEM_EQUOTA, &PyExc_OSError, NULL,
+    {"QuotaError", FMEM_EQUOTA, EDQUOT, &PyExc_OSError, NULL,
      "The application's allocation quota (bytes or allocations) is reached."},
-    {"AccessError", FMEM_EACCES, &PyExc_PermissionError, NULL,
+    {"AccessError", FMEM_EACCES, EACCES, &PyExc_PermissionError, NULL,
      "The key does not grant access, or the process lacks a permission (userfaultfd)."},
 };
 #define NSPECS (sizeof specs / sizeof specs[0])
@@ -80,6 +89,14 @@ int fp_errors_init(PyObject *m)
     return 0;
 }
 
+static const struct exc_spec *spec_of_class(PyObject *cls)
+{
+    for (size_t i = 0; i < NSPECS; i++)
+        if (classes[i] == cls)
+            return &specs[i];
+    return NULL;
+}
+
 static PyObject *class_of(int rc)
 {
     for (size_t i = 0; i < NSPECS; i++)
@@ -88,35 +105,100 @@ static PyObject *class_of(int rc)
     return FpExc_Error;
 }
 
-static PyObject *raise_msg(PyObject *cls, int code, PyObject *msg)
+/* The class to raise for cls with errno err: cls, or a subclass of cls
+ * and of the OSError subclass Python uses for err (made once, kept). */
+static PyObject *class_for_errno(PyObject *cls, int err)
+{
+    static PyObject *made; /* {(cls, builtin): class} */
+    PyObject *probe = PyObject_CallFunction(PyExc_OSError, "is", err, "");
+    if (!probe)
+        return NULL;
+    PyObject *builtin = (PyObject *)Py_TYPE(probe);
+    Py_INCREF(builtin);
+    Py_DECREF(probe);
+    int covered = PyObject_IsSubclass(cls, builtin);
+    if (covered != 0) { /* cls is one already (or an error) */
+        Py_DECREF(builtin);
+        return covered < 0 ? NULL : Py_NewRef(cls);
+    }
+    PyObject *key = PyTuple_Pack(2, cls, builtin), *res = NULL;
+    if (!key || (!made && !(made = PyDict_New())))
+        goto out;
+    res = PyDict_GetItemWithError(made, key);
+    if (res || PyErr_Occurred()) {
+        Py_XINCREF(res);
+        goto out;
+    }
+    PyObject *bases = PyTuple_Pack(2, cls, builtin);
+    PyObject *name = PyObject_GetAttrString(cls, "__name__");
+    const char *n = name ? PyUnicode_AsUTF8(name) : NULL;
+    char qual[96];
+    if (n) {
+        snprintf(qual, sizeof qual, "fmem.%s", n);
+        res = PyErr_NewExceptionWithDoc(qual, ((PyTypeObject *)cls)->tp_doc, bases, NULL);
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(bases);
+    if (res && PyDict_SetItem(made, key, res) < 0)
+        Py_CLEAR(res);
+out:
+    Py_XDECREF(key);
+    Py_DECREF(builtin);
+    return res;
+}
+
+static int set_attr_int(PyObject *exc, const char *name, long v)
+{
+    PyObject *o = PyLong_FromLong(v);
+    int rc = o ? PyObject_SetAttrString(exc, name, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+/* Raise cls(msg) with .code = code and, for OSError classes, .errno = err
+ * (0: the class's usual one). Steals msg. */
+static PyObject *raise_msg(PyObject *cls, int code, int err, PyObject *msg)
 {
     if (!msg)
         return NULL;
-    PyObject *exc = PyObject_CallOneArg(cls, msg);
+    Py_INCREF(cls);
+    if (PyObject_IsSubclass(cls, PyExc_OSError) == 1) {
+        const struct exc_spec *sp = spec_of_class(cls);
+        if (err <= 0)
+            err = sp && sp->err ? sp->err : EIO;
+        PyObject *c = class_for_errno(cls, err);
+        Py_SETREF(cls, c);
+    } else {
+        err = 0;
+    }
+    PyObject *exc = cls ? PyObject_CallOneArg(cls, msg) : NULL;
     Py_DECREF(msg);
-    if (!exc)
-        return NULL;
-    PyObject *c = PyLong_FromLong(code);
-    if (!c || PyObject_SetAttrString(exc, "code", c) < 0) {
-        Py_XDECREF(c);
-        Py_DECREF(exc);
+    if (!exc) {
+        Py_XDECREF(cls);
         return NULL;
     }
-    Py_DECREF(c);
-    PyErr_SetObject(cls, exc);
+    /* .errno only: with .strerror set too, str() would become
+     * "[Errno N] strerror" instead of the message */
+    int rc = set_attr_int(exc, "code", code);
+    if (rc == 0 && err)
+        rc = set_attr_int(exc, "errno", err);
+    if (rc == 0)
+        PyErr_SetObject(cls, exc);
     Py_DECREF(exc);
+    Py_DECREF(cls);
     return NULL;
 }
 
 PyObject *fp_raise(int rc, const char *what)
 {
-    int err = errno;
+    /* errno is the system call's only where libfmem reports one failed */
+    int err = rc == FMEM_EIO || rc == FMEM_EACCES ? errno : 0;
     PyObject *msg;
     if (rc == FMEM_EIO && err)
         msg = PyUnicode_FromFormat("%s: %s (%s)", what, fmem_strerror(rc), strerror(err));
     else
         msg = PyUnicode_FromFormat("%s: %s", what, fmem_strerror(rc));
-    return raise_msg(class_of(rc), rc, msg);
+    return raise_msg(class_of(rc), rc, err, msg);
 }
 
 PyObject *fp_raisef(PyObject *cls, const char *fmt, ...)
@@ -125,5 +207,5 @@ PyObject *fp_raisef(PyObject *cls, const char *fmt, ...)
     va_start(ap, fmt);
     PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
     va_end(ap);
-    return raise_msg(cls, 0, msg);
+    return raise_msg(cls, 0, 0, msg);
 }

@@ -1,8 +1,10 @@
 /* module.c - fmem._fmem: module functions, types and constants. */
 #include "fmempy.h"
 
+#include <errno.h>
+
 PyDoc_STRVAR(open_doc,
-"open(uri=None) -> Pool\n\n"
+"open($module, /, uri=None)\n--\n\n"
 "Open a pool: None means $FMEM_URI, else an in-process 1 GiB pool\n"
 "('mem:'); see Pool for the URIs. The GIL is released while opening.");
 
@@ -13,7 +15,7 @@ static PyObject *mod_open(PyObject *m, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(connect_doc,
-"connect(uri='fmem://') -> Client\n\n"
+"connect($module, /, uri='fmem://')\n--\n\n"
 "Connect to an allocation service (fmemd): 'unix:/PATH', 'fmem:///PATH',\n"
 "or 'fmem://' for /run/fmem/fmemd.sock. ValueError for other URIs,\n"
 "TransportError when the service cannot be reached.");
@@ -25,7 +27,7 @@ static PyObject *mod_connect(PyObject *m, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(unlink_doc,
-"unlink(uri)\n\n"
+"unlink($module, uri, /)\n--\n\n"
 "Remove the files of the named pool(s) in uri ('shm:/NAME', 'file:/PATH').\n"
 "Processes that have the pool open keep using it until they close it.");
 
@@ -39,13 +41,14 @@ static PyObject *mod_unlink(PyObject *m, PyObject *arg)
                                                Py_TYPE(arg)->tp_name);
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    errno = 0;
     rc = fmem_unlink(uri);
     Py_END_ALLOW_THREADS
     return rc ? fp_raise(rc, uri) : Py_NewRef(Py_None);
 }
 
 PyDoc_STRVAR(default_pool_doc,
-"default_pool() -> Pool\n\n"
+"default_pool($module, /)\n--\n\n"
 "The pool Region(), numpy_arrays() and others use when given none: one\n"
 "fmem.open() pool per process, opened on first use (again after it was\n"
 "closed).");
@@ -57,7 +60,7 @@ static PyObject *mod_default_pool(PyObject *m, PyObject *unused)
 }
 
 PyDoc_STRVAR(size_round_doc,
-"size_round(nbytes) -> int\n\n"
+"size_round($module, nbytes, /)\n--\n\n"
 "The block size Pool.alloc(nbytes) hands out (4 KiB x 2^k), or 0 when\n"
 "no pool can hold that much.");
 
@@ -69,7 +72,7 @@ static PyObject *mod_size_round(PyObject *m, PyObject *arg)
 }
 
 PyDoc_STRVAR(strerror_doc,
-"strerror(code) -> str\n\n"
+"strerror($module, code, /)\n--\n\n"
 "The message of a libfmem error code (Error.code).");
 
 static PyObject *mod_strerror(PyObject *m, PyObject *arg)

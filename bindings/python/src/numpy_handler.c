@@ -141,7 +141,7 @@ static PyObject *na_exit(FpNumpyArrays *self, PyObject *args)
 }
 
 PyDoc_STRVAR(stats_doc,
-"stats() -> dict\n\n"
+"stats($self, /)\n--\n\n"
 "Counters of the heap behind the block: mallocs, frees, reallocs (array\n"
 "data through the hooks), foreign_frees, fallback_allocs, spills (data\n"
 "the heap could not hold, made by the previous allocator), and\n"
@@ -170,8 +170,9 @@ static PyObject *na_get_active(FpNumpyArrays *self, void *c)
 
 static PyMethodDef na_methods[] = {
     {"__enter__", (PyCFunction)na_enter, METH_NOARGS,
-     "Make numpy allocate new array data in the heap; returns self."},
+     "__enter__($self, /)\n--\n\nMake numpy allocate new array data in the heap; returns self."},
     {"__exit__", (PyCFunction)na_exit, METH_VARARGS,
+     "__exit__($self, t, v, tb, /)\n--\n\n"
      "Put the previous numpy data handler back (arrays made inside stay valid)."},
     {"stats", (PyCFunction)na_stats, METH_NOARGS, stats_doc},
     {NULL, NULL, 0, NULL},
@@ -184,7 +185,7 @@ static PyGetSetDef na_getset[] = {
 };
 
 PyDoc_STRVAR(na_doc,
-"numpy_arrays(target=None)\n\n"
+"numpy_arrays(target=None)\n--\n\n"
 "Context manager: inside 'with fmem.numpy_arrays(target):' every numpy\n"
 "array that allocates data keeps it in far memory: in a heap on target,\n"
 "a Pool (directly mapped; default: fmem.default_pool()) or a Region\n"

@@ -2,6 +2,8 @@
  * pool and the buffers allocated from it. */
 #include "fmempy.h"
 
+#include <errno.h>
+
 #include <string.h>
 
 FpPool *fp_pool_open(PyTypeObject *type, const char *uri)
@@ -17,11 +19,13 @@ FpPool *fp_pool_open(PyTypeObject *type, const char *uri)
     fmem_pool *c = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    errno = 0; /* fp_raise reports the errno of a failed system call */
     rc = fmem_open(uri, &c);
     Py_END_ALLOW_THREADS
     if (rc) {
+        fp_raise(rc, uri ? uri : "default pool"); /* before free() can touch errno */
         Py_DECREF(p);
-        return (FpPool *)fp_raise(rc, uri ? uri : "default pool");
+        return NULL;
     }
     p->pool = c;
     return p;
@@ -63,7 +67,7 @@ static void pool_dealloc(FpPool *p)
 }
 
 PyDoc_STRVAR(alloc_doc,
-"alloc(nbytes) -> Buffer\n\n"
+"alloc($self, nbytes, /)\n--\n\n"
 "Allocate a block of at least nbytes bytes (the pool rounds it up to\n"
 "4 KiB x 2^k; Buffer.capacity tells how much) and return it as a Buffer\n"
 "of length nbytes. The bytes are not cleared. Raises SizeError for sizes\n"
@@ -108,7 +112,7 @@ static PyObject *pool_alloc(FpPool *self, PyObject *arg)
 }
 
 PyDoc_STRVAR(close_doc,
-"close()\n\n"
+"close($self, /)\n--\n\n"
 "Close the pool: it allocates no more. Buffers without live views are\n"
 "freed now (using them raises ClosedError); buffers still exported,\n"
 "regions and numpy heaps made from the pool keep it open until they go.\n"
@@ -135,7 +139,7 @@ static PyObject *pool_close(FpPool *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(stats_doc,
-"stats() -> dict\n\n"
+"stats($self, /)\n--\n\n"
 "Pool statistics: capacity_bytes, allocated_bytes (all users of the\n"
 "pool), metadata_bytes, nodes, user_id, this process's allocs, frees,\n"
 "failed_allocs, cas_ops, cas_failures, reads, writes, round_trips,\n"
@@ -168,7 +172,7 @@ static PyObject *pool_stats(FpPool *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(owns_doc,
-"owns(obj) -> bool\n\n"
+"owns($self, obj, /)\n--\n\n"
 "True when obj's memory is in this pool: obj is an address (int) or an\n"
 "object with the buffer protocol (numpy array, memoryview, Buffer, ...),\n"
 "and its first byte is in one of this pool's live Buffers or is an\n"
@@ -228,8 +232,10 @@ static PyMethodDef pool_methods[] = {
     {"close", (PyCFunction)pool_close, METH_NOARGS, close_doc},
     {"stats", (PyCFunction)pool_stats, METH_NOARGS, stats_doc},
     {"owns", (PyCFunction)pool_owns, METH_O, owns_doc},
-    {"__enter__", (PyCFunction)pool_enter, METH_NOARGS, "Return the pool itself."},
-    {"__exit__", (PyCFunction)pool_exit, METH_VARARGS, "Close the pool (see close())."},
+    {"__enter__", (PyCFunction)pool_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nReturn the pool itself."},
+    {"__exit__", (PyCFunction)pool_exit, METH_VARARGS,
+     "__exit__($self, t, v, tb, /)\n--\n\nClose the pool (see close())."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -241,7 +247,7 @@ static PyGetSetDef pool_getset[] = {
 };
 
 PyDoc_STRVAR(pool_doc,
-"Pool(uri=None)\n\n"
+"Pool(uri=None)\n--\n\n"
 "An opened fmem pool (fmem.open() is the same call). uri None means\n"
 "$FMEM_URI, else an in-process pool of 1 GiB ('mem:'). Other URIs:\n"
 "'mem:?size=256M', 'shm:/NAME?size=1G', 'file:/PATH?size=1G', and the\n"
@@ -263,7 +269,7 @@ PyTypeObject FpPool_Type = {
 };
 
 PyDoc_STRVAR(client_doc,
-"Client(uri='fmem://')\n\n"
+"Client(uri='fmem://')\n--\n\n"
 "A pool reached through an allocation service (fmemd), as fmem.connect()\n"
 "returns: 'unix:/PATH' or 'fmem:///PATH' name its socket, 'fmem://' the\n"
 "default /run/fmem/fmemd.sock. Everything else is as for Pool.");

@@ -4,6 +4,8 @@
  * The two uses exclude each other: a heap owns the region's space. */
 #include "fmempy.h"
 
+#include <errno.h>
+
 #define DEFAULT_CACHE ((Py_ssize_t)64 << 20)
 
 /* cache=: None (64 MiB or the size if smaller), bytes (int), or a fraction
@@ -77,6 +79,7 @@ static PyObject *region_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     fmem_region *reg = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    errno = 0;
     rc = fmem_region_create(c, &cfg, &reg);
     Py_END_ALLOW_THREADS
     if (rc) {
@@ -124,7 +127,7 @@ static int check_no_heap(FpRegion *r)
 }
 
 PyDoc_STRVAR(close_doc,
-"close()\n\n"
+"close($self, /)\n--\n\n"
 "Destroy the region: its pool allocations are freed and the memory is\n"
 "gone. BufferInUseError while views of it are alive. When numpy arrays\n"
 "or arenas still live in it (a heap owns it), the region stops taking\n"
@@ -145,7 +148,7 @@ static PyObject *region_close(FpRegion *r, PyObject *unused)
 }
 
 PyDoc_STRVAR(flush_doc,
-"flush()\n\n"
+"flush($self, /)\n--\n\n"
 "Write every dirty cached unit back to the pool (the GIL is released).");
 
 static PyObject *region_flush(FpRegion *r, PyObject *unused)
@@ -163,7 +166,7 @@ static PyObject *region_flush(FpRegion *r, PyObject *unused)
 }
 
 PyDoc_STRVAR(release_doc,
-"release(offset, length)\n\n"
+"release($self, offset, length, /)\n--\n\n"
 "The program no longer needs [offset, offset+length): the bytes read as\n"
 "zero afterwards and pool space only they used is freed. Both must be\n"
 "multiples of 4096 (InvalidArgumentError) and inside the region\n"
@@ -190,7 +193,7 @@ static PyObject *region_release(FpRegion *r, PyObject *args)
 }
 
 PyDoc_STRVAR(stats_doc,
-"stats() -> dict\n\n"
+"stats($self, /)\n--\n\n"
 "Paging statistics: faults, missing_faults, wp_faults, hits, fetches,\n"
 "prefetches, zero_fills, evictions, writebacks, bytes_fetched,\n"
 "bytes_written, remote_bytes (pool bytes held now: the far part),\n"
@@ -213,7 +216,7 @@ static PyObject *region_stats(FpRegion *r, PyObject *unused)
 }
 
 PyDoc_STRVAR(contains_doc,
-"contains(obj) -> bool\n\n"
+"contains($self, obj, /)\n--\n\n"
 "True when obj's memory lies inside the region: obj is an address (int)\n"
 "or an object with the buffer protocol (numpy array, memoryview, ...).");
 
@@ -332,13 +335,15 @@ static PyMethodDef region_methods[] = {
     {"release", (PyCFunction)region_release, METH_VARARGS, release_doc},
     {"stats", (PyCFunction)region_stats, METH_NOARGS, stats_doc},
     {"contains", (PyCFunction)region_contains, METH_O, contains_doc},
-    {"__enter__", (PyCFunction)region_enter, METH_NOARGS, "Return the region itself."},
-    {"__exit__", (PyCFunction)region_exit, METH_VARARGS, "Close the region (see close())."},
+    {"__enter__", (PyCFunction)region_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nReturn the region itself."},
+    {"__exit__", (PyCFunction)region_exit, METH_VARARGS,
+     "__exit__($self, t, v, tb, /)\n--\n\nClose the region (see close())."},
     {NULL, NULL, 0, NULL},
 };
 
 PyDoc_STRVAR(region_doc,
-"Region(size, cache=None, *, pool=None, fetch_unit=0, prefetch=None)\n\n"
+"Region(size, cache=None, *, pool=None, fetch_unit=0, prefetch=None)\n--\n\n"
 "A far-memory region: size bytes of address space whose contents live in\n"
 "the pool (pool=None: fmem.default_pool()), brought into a local cache\n"
 "on access through userfaultfd and written back when evicted. cache is\n"
