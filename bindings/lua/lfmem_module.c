@@ -5,7 +5,8 @@
  *   fmem.region(size [, opts])  a far-memory region (opts.pool, opts.cache)
  *   fmem.newstate(pool|region)  a Lua state whose heap lives there
  *   fmem.host()                 under fmem-lua: the main state's heap
- *   fmem.strerror(code), fmem.size_round(n), constants
+ *   fmem.strerror(code), fmem.size_round(n), constants,
+ *   fmem._VERSION ("fmem 0.1") and fmem.version ("0.1")
  */
 #include <errno.h>
 #include <string.h>
@@ -133,6 +134,8 @@ LFMEM_EXPORT int luaopen_fmem(lua_State *L)
     luaL_newlib(L, fns);
     lua_pushfstring(L, "%d.%d", FMEM_VERSION_MAJOR, FMEM_VERSION_MINOR);
     lua_setfield(L, -2, "version");
+    lua_pushfstring(L, "fmem %d.%d", FMEM_VERSION_MAJOR, FMEM_VERSION_MINOR);
+    lua_setfield(L, -2, "_VERSION"); /* as lua-cjson, lpeg, luasocket ... */
     lfmem_setint(L, "CHUNK_SIZE", FMEM_CHUNK_SIZE);
     lfmem_setint(L, "SPAN_SIZE", FMEM_SPAN_SIZE);
     lfmem_setint(L, "SECTION_SIZE", FMEM_SECTION_SIZE);

@@ -17,8 +17,11 @@ trap 'rm -rf "$tmp"' EXIT
 unset FMEM_LUA_BACKING FMEM_LUA_STATS LUA_INIT LUA_INIT_5_4
 # fmem-lua's pool and fmem.open()'s default: smaller than 1 GiB starts faster
 FMEM_URI='mem:?size=256M'
-# our module first, then Lua's usual places (;;) for busted's
-LUA_CPATH="$top_builddir/bindings/lua/.libs/?.so;;"
+# our module first, then Lua's usual places (;;) for busted's; absolute, as
+# the specs run from a scratch directory
+builddir_abs=$(cd "$top_builddir" && pwd)
+module="$builddir_abs/bindings/lua/.libs/fmem.so"
+LUA_CPATH="$builddir_abs/bindings/lua/.libs/?.so;;"
 LD_LIBRARY_PATH="$(cd "$top_builddir" && pwd)/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FMEM_URI LUA_CPATH LD_LIBRARY_PATH
 
@@ -56,10 +59,17 @@ else
     ok "require \"fmem\" in $LUA"
 fi
 
+# A stray fmem.so (left by a build in the source root, say) in the current
+# directory must not be what the specs test: runner.lua checks that
+# require "fmem" loaded the build's (FMEM_EXPECT_MODULE).
+here=$(cd "$here" && pwd)
+host=$(cd "$(dirname "$host")" && pwd)/$(basename "$host")
+mkdir "$tmp/cwd" && echo 'not a module' >"$tmp/cwd/fmem.so" && cd "$tmp/cwd" || exit 99
+specs=$(ls "$here"/spec/*_spec.lua)
 # shellcheck disable=SC2086 # the spec list is split on purpose
-step "specs under $LUA" "$LUA" "$here/runner.lua" $specs
+step "specs under $LUA" env FMEM_EXPECT_MODULE="$module" "$LUA" "$here/runner.lua" $specs
 # shellcheck disable=SC2086
-step "specs under fmem-lua (shm)" "$host" "$here/runner.lua" $specs
+step "specs under fmem-lua (shm)" env FMEM_EXPECT_MODULE=:preload: "$host" "$here/runner.lua" $specs
 if FMEM_LUA_BACKING=region:50:64M "$host" -e '' >"$tmp/region" 2>&1; then
     # shellcheck disable=SC2086
     step "specs under fmem-lua (region, 50 % cache)" \

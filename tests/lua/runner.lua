@@ -125,6 +125,20 @@ end
 
 -- ---- main ------------------------------------------------------------------
 
+-- The module under test must be the build's, not one installed or left in
+-- the current directory: run.sh puts the build tree first on package.cpath
+-- and names the file it must come from (":preload:" under fmem-lua, where
+-- the binding is linked in).
+local want_module = os.getenv("FMEM_EXPECT_MODULE")
+if want_module then
+  local _, where = require "fmem"
+  if where ~= want_module then
+    print("FAIL: require \"fmem\" loaded " .. tostring(where) .. ", not " .. want_module)
+    os.exit(1)
+  end
+  print("ok: require \"fmem\" is " .. where)
+end
+
 local env = setmetatable({
   describe = describe, it = run_it, pending = pending, assert = assert_table,
 }, {__index = _G})
