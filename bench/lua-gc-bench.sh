@@ -10,8 +10,14 @@
 # Each configuration runs RUNS times (default 3); the best wall and CPU
 # (user + system, all threads) times count. SCALE scales the workload.
 #
-#   make bench-lua    or    top_builddir=. bench/lua-gc-bench.sh
+#   make bench-lua    or    top_builddir=. bench/lua-gc-bench.sh [--json FILE]
+# --json FILE also writes the figures there: {"scale", "runs", "loadavg",
+# "configs": [{"name", "wall", "cpu", "wall_ratio", "cpu_ratio"}, ...]}.
 set -u
+json=""
+if [ "${1:-}" = --json ]; then
+    json=${2:?lua-gc-bench: --json needs a file name}
+fi
 top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-$(dirname "$0")/..}
 LUA=${LUA_INTERP:-lua5.4}
@@ -84,7 +90,18 @@ for name in "lua5.4" "fmem-lua libc" "fmem-lua shm" "fmem-lua region 100%" "fmem
     awk -v n="$name" -v w="${wall[$name]}" -v c="${cpu[$name]}" -v w0="${wall[lua5.4]}" \
         -v c0="${cpu[lua5.4]}" -v notes="$notes" \
         'BEGIN { printf "%-22s %8.3f %8.3f %11.2f %10.2f  %s\n", n, w, c, w / w0, c / c0, notes }'
+    awk -v n="$name" -v w="${wall[$name]}" -v c="${cpu[$name]}" -v w0="${wall[lua5.4]}" \
+        -v c0="${cpu[lua5.4]}" 'BEGIN { printf "{\"name\": \"%s\", \"wall\": %s, \"cpu\": %s, \"wall_ratio\": %.4f, \"cpu_ratio\": %.4f}\n", n, w, c, w / w0, c / c0 }' \
+        >>"$tmp/rows.json"
 done
+if [ -n "$json" ]; then
+    {
+        printf '{"benchmark": "lua-gc", "scale": %s, "runs": %s, "cores": %s, "loadavg": "%s", "heap_peak": %s,\n "configs": [' \
+            "$scale" "$runs" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$peak"
+        paste -sd, "$tmp/rows.json"
+        echo ']}'
+    } >"$json"
+fi
 echo
 awk -v a="${wall[fmem-lua shm]}" -v b="${wall[fmem-lua region 50%]}" -v w0="${wall[lua5.4]}" \
     'BEGIN { printf "ratio (wall, fmem-lua / lua5.4): shm %.2f, region at 50%% cache %.2f\n", a / w0, b / w0 }'

@@ -6,8 +6,16 @@
 # without and with the library and their ratio, the same for CPU seconds
 # (user + system: less disturbed by other work on the machine), and the
 # peak bytes the pool held.
-#   bench/preload-overhead.sh [REPS]      (default 5; from the build tree)
+#   bench/preload-overhead.sh [--json FILE] [REPS]   (default 5; from the build tree)
+# --json FILE also writes the figures there: {"reps", "loadavg", "programs":
+# [{"name", "wall_plain", "wall_preload", "cpu_plain", "cpu_preload",
+# "peak_bytes"}, ...]}.
 set -eu
+json=""
+if [ "${1:-}" = --json ]; then
+    json=${2:?preload-overhead: --json needs a file name}
+    shift 2
+fi
 reps=${1:-5}
 top=$(cd "$(dirname "$0")/.." && pwd)
 lib=${FMEM_PRELOAD_LIB:-$top/.libs/libfmem-preload.so}
@@ -55,6 +63,8 @@ bench() {
     awk -v n="$name" -v pw="$pw" -v qw="$qw" -v pc="$pc" -v qc="$qc" -v k="${peak:-0}" \
         'BEGIN { printf "%-20s %7.3f %7.3f %6.3f   %7.3f %7.3f %6.3f %9.1f\n",
                  n, pw, qw, qw / pw, pc, qc, qc / pc, k / 1048576 }'
+    printf '{"name": "%s", "wall_plain": %s, "wall_preload": %s, "cpu_plain": %s, "cpu_preload": %s, "peak_bytes": %s}\n' \
+        "$name" "$pw" "$qw" "$pc" "$qc" "${peak:-0}" >>"$tmp/rows.json"
 }
 
 echo "preload-overhead: median of $reps alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -65,3 +75,12 @@ bench "sort --parallel=2" sort --parallel=2 -S 100M "$tmp/numbers"
 bench "python3 big lists" "$PY" "$tmp/lists.py"
 bench "xz -3 2MB" xz -3 -T1 -c "$tmp/numbers.2m"
 bench "gzip -6 13MB" gzip -6 -c "$tmp/numbers"
+
+if [ -n "$json" ]; then
+    {
+        printf '{"benchmark": "preload-overhead", "reps": %s, "cores": %s, "loadavg": "%s",\n "programs": [' \
+            "$reps" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
+        paste -sd, "$tmp/rows.json"
+        echo ']}'
+    } >"$json"
+fi
