@@ -247,21 +247,23 @@ class Pty:
 
 def session_interrupts(prog, cwd):
     """On a terminal: the version, prompts, Ctrl-C while code runs gives
-    "interrupted!" and the prompt back, Ctrl-C at the prompt ends it."""
+    "interrupted!" and the prompt back, Ctrl-C at the prompt ends it.
+    Each wait is for output only the program's answer contains (the echo
+    of "x > 1" contains "> " too), so no line is typed before the prompt."""
     t = Pty(prog, [], cwd, {})
-    t.expect("> ")
+    t.expect("\n> ")
     t.send("x = 1")
-    t.expect("> ")
+    t.expect("x = 1\n> ")
     t.send("io.write('go\\n') while true do x = x + 1 end")
     t.expect("go\n")
     t.proc.send_signal(signal.SIGINT)
     t.expect("> ")
     t.send("x > 1")
-    t.expect("> ")
+    t.expect("true\n> ")
     t.send("for i = 1, 2 do")
     t.expect(">> ")
     t.send("end")
-    t.expect("> ")
+    t.expect("end\n> ")
     t.proc.send_signal(signal.SIGINT)
     return t.finish()
 
@@ -269,11 +271,11 @@ def session_interrupts(prog, cwd):
 def session_end_of_input(prog, cwd):
     """On a terminal with -i: a script first, then the REPL until EOF (^D)."""
     t = Pty(prog, ["-i", "args.lua", "q"], cwd, {})
-    t.expect("> ")
+    t.expect("arg[1]=q\n> ")
     t.send("=#arg")
-    t.expect("> ")
+    t.expect("1\n> ")
     t.send("error('x')")
-    t.expect("> ")
+    t.expect("')\n> ")
     os.write(t.master, b"\x04")
     return t.finish()
 
