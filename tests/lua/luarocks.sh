@@ -16,7 +16,10 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
-if ! ${MAKE:-make} -C "$builddir" install DESTDIR="$tmp/dest" >"$tmp/install.log" 2>&1; then
+# one make install at a time in this tree (test_packaging.py does one too:
+# concurrent libtool relinks would share file names)
+if ! flock "$builddir/tests/.make-install.lock" ${MAKE:-make} -C "$builddir" install \
+    DESTDIR="$tmp/dest" >"$tmp/install.log" 2>&1; then
     tail -n 30 "$tmp/install.log"
     echo "luarocks: make install DESTDIR= failed"
     exit 99

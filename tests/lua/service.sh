@@ -37,7 +37,10 @@ dpid=$!
 waitfor "$dir/fmemd.sock" || fail "fmemd did not start"
 
 cat >"$dir/client.lua" <<'EOF'
-local fmem = require "fmem"
+local fmem, where = require "fmem"
+-- the build's module, not a stray or installed one (see run.sh)
+local want = os.getenv("FMEM_EXPECT_MODULE")
+assert(where == want, "require \"fmem\" loaded " .. tostring(where) .. ", not " .. tostring(want))
 local uri = ...
 local p = fmem.connect(uri)
 local base = p:stats().allocated_bytes
@@ -76,11 +79,13 @@ run() {
     fi
 }
 if LUA_CPATH="$top_builddir/bindings/lua/.libs/?.so;;" "$LUA" -e 'require "fmem"' >/dev/null 2>&1; then
-    run "fmem.connect under $LUA" env LUA_CPATH="$top_builddir/bindings/lua/.libs/?.so;;" "$LUA"
+    run "fmem.connect under $LUA" env LUA_CPATH="$top_builddir/bindings/lua/.libs/?.so;;" \
+        FMEM_EXPECT_MODULE="$top_builddir/bindings/lua/.libs/fmem.so" "$LUA"
 else # see run.sh: the module cannot be dlopen'ed while libfmem.so wants static TLS
     run "fmem.connect under $LUA (more static TLS)" env LUA_CPATH="$top_builddir/bindings/lua/.libs/?.so;;" \
+        FMEM_EXPECT_MODULE="$top_builddir/bindings/lua/.libs/fmem.so" \
         GLIBC_TUNABLES=glibc.rtld.optional_static_tls=262144 "$LUA"
 fi
-run "fmem.connect under fmem-lua" "$host"
+run "fmem.connect under fmem-lua" env FMEM_EXPECT_MODULE=:preload: "$host"
 echo "lua service: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
