@@ -33,6 +33,7 @@
 #define CLIENT_SPIN_NS 50000 /* spin for a reply before sleeping */
 
 struct svc_client {
+    char path[108]; /* the service's socket */
     int sock;
     struct ring_hdr *ring;
     unsigned nnodes, app_id;
@@ -353,9 +354,13 @@ static int cl_write(fmem_pool *p, const fmem_handle *h, uint64_t off, const void
     return cl_copy(p, h, off, (void *)src, len, true);
 }
 
+static int cl_fork_identity(fmem_pool *p);
+
 static int cl_stats(fmem_pool *p, fmem_stats_t *st)
 {
     struct svc_client *c = C(p);
+    if (atomic_load(&p->fork_identity) && pool_fork_identity(p))
+        return FMEM_EIO; /* a fork child with no service to ask */
     uint8_t *buf = malloc(MSG_MAX_BYTES);
     if (!buf)
         return FMEM_ENOMEM;
@@ -377,6 +382,92 @@ static int cl_stats(fmem_pool *p, fmem_stats_t *st)
     return 0;
 }
 
+/* ---- fork() (pool_fork.c) ------------------------------------------------- */
+
+/* A connection of the child's own (fork_mu held, or the child's only thread). */
+static int cl_fork_identity(fmem_pool *p)
+{
+    struct svc_client *c = C(p);
+    c->sock = sock_connect(c->path);
+    int rc = c->sock < 0 ? FMEM_EIO : handshake(c);
+    if (rc && c->sock >= 0) { /* no service: the copies still work; retried */
+        close(c->sock);
+        c->sock = -1;
+    }
+    return rc;
+}
+
+/* The child never speaks on the parent's connection: fmemd would take it
+ * for the parent. It keeps private copies of the blocks the process held
+ * (copied from the mapped data, or over RDMA with its own queue pair) and
+ * connects anew as an application of its own. */
+static int cl_fork_child(fmem_pool *p)
+{
+    struct svc_client *c = C(p);
+    pthread_rwlock_init(&c->lock, NULL);
+    pthread_mutex_init(&c->sock_mu, NULL);
+    struct own_table held = c->held;
+    void *data[SVC_MAX_NODES];
+    uint64_t bytes[SVC_MAX_NODES];
+    unsigned nnodes = c->nnodes;
+    memcpy(data, c->data, sizeof data);
+    memcpy(bytes, c->data_bytes, sizeof bytes);
+    c->held = (struct own_table){0};
+    if (c->sock >= 0)
+        close(c->sock); /* our descriptor only: the parent keeps its own */
+    ring_unmap(c->ring);
+    c->sock = -1;
+    c->ring = NULL;
+    memset(c->data, 0, sizeof c->data);
+    memset(c->rdma, 0, sizeof c->rdma); /* the parent's queue pairs: left alone */
+    c->nnodes = 0;
+    int rc = 0;
+    for (size_t i = 0; i < held.cap && rc == 0; i++) { /* mapped blocks: no connection needed */
+        struct own_entry *e = &held.e[i];
+        unsigned node = own_node(e->key);
+        if (e->key < 2 || node >= nnodes || !data[node])
+            continue;
+        fmem_handle h = {.addr = own_chunk(e->key) << CHUNK_SHIFT,
+                         .length = FMEM_CHUNK_SIZE << e->log2_chunks, .rkey = e->rkey,
+                         .node = (uint16_t)node};
+        char *at = (char *)data[node] + h.addr;
+        rc = pool_fork_keep(p, &h, at, at);
+    }
+    for (unsigned i = 0; i < nnodes; i++)
+        if (data[i])
+            pool_fork_view(p, data[i], bytes[i]);
+    atomic_store(&c->dead, false);
+    /* a connection of our own: with the first allocation or free, unless
+     * blocks over RDMA must be read now with a queue pair of our own */
+    bool remote = false;
+    for (size_t i = 0; i < held.cap; i++)
+        remote |= held.e[i].key >= 2 && own_node(held.e[i].key) < nnodes &&
+                  !data[own_node(held.e[i].key)];
+    int conn = remote ? cl_fork_identity(p) : 0;
+    if (conn == 0 && remote)
+        atomic_store(&p->fork_identity, false);
+    for (size_t i = 0; remote && i < held.cap; i++) { /* blocks over RDMA */
+        struct own_entry *e = &held.e[i];
+        unsigned node = own_node(e->key);
+        if (e->key < 2 || node >= nnodes || data[node])
+            continue;
+        fmem_handle h = {.addr = own_chunk(e->key) << CHUNK_SHIFT,
+                         .length = FMEM_CHUNK_SIZE << e->log2_chunks, .rkey = e->rkey,
+                         .node = (uint16_t)node};
+        void *buf = malloc(h.length);
+        struct transport *t = conn == 0 && node < c->nnodes ? c->rdma[node] : NULL;
+        int r = !buf ? FMEM_ENOMEM
+                : !t ? FMEM_EIO
+                     : tp_read_key(t, t->meta_size + h.addr, buf, h.length, h.rkey);
+        if (r == 0)
+            r = pool_fork_keep(p, &h, NULL, buf);
+        free(buf);
+        rc = rc ? rc : r;
+    }
+    own_free(&held);
+    return rc ? rc : conn;
+}
+
 static const struct pool_ops client_ops = {
     .alloc = cl_alloc,
     .free = cl_free,
@@ -386,6 +477,8 @@ static const struct pool_ops client_ops = {
     .write = cl_write,
     .stats = cl_stats,
     .close = cl_close,
+    .fork_child = cl_fork_child,
+    .fork_identity = cl_fork_identity,
 };
 
 int service_open(const char *uri, fmem_pool **out)
@@ -404,6 +497,8 @@ int service_open(const char *uri, fmem_pool **out)
     p->ops = &client_ops;
     p->backend = c;
     p->nnodes = 0; /* no metadata here: admin calls answer FMEM_ENOTSUP */
+    p->shared = true;
+    memcpy(c->path, path, strlen(path) + 1); /* socket_path() checked: < 108 */
     pthread_rwlock_init(&c->lock, NULL);
     pthread_mutex_init(&c->sock_mu, NULL);
     c->sock = sock_connect(path);
