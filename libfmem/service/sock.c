@@ -249,6 +249,25 @@ int sock_reply_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t pl
     return send_msg(fd, type, seq, p, plen, fds, nfds, MSG_DONTWAIT);
 }
 
+ssize_t sock_ask(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen, void *buf,
+                 size_t cap, int *fds, unsigned max_fds, unsigned *nfds, int timeout_ms)
+{
+    if (nfds)
+        *nfds = 0;
+    if (sock_send_msg(fd, type, seq, p, plen, NULL, 0) < 0) {
+        int e = errno;
+        if (e != EPIPE && e != ECONNRESET)
+            return -1;
+        /* refused before we spoke: the reason is waiting, if it was sent */
+        ssize_t n = sock_recv_timeout(fd, buf, cap, fds, max_fds, nfds, 0);
+        if (n > 0 || n == -2)
+            return n;
+        errno = e;
+        return -1;
+    }
+    return sock_recv_timeout(fd, buf, cap, fds, max_fds, nfds, timeout_ms);
+}
+
 int sock_send_error(int fd, uint32_t seq, int code, const char *text)
 {
     struct msg_error e = {.code = code};

@@ -23,6 +23,12 @@ ssize_t sock_recv(int fd, void *buf, size_t cap, int *fds, unsigned max_fds, uns
 /* Like sock_recv, waiting at most timeout_ms (-1: forever); -3 on timeout. */
 ssize_t sock_recv_timeout(int fd, void *buf, size_t cap, int *fds, unsigned max_fds,
                           unsigned *nfds, int timeout_ms);
+/* Send a request and wait (timeout_ms) for the first message back, as
+ * sock_recv_timeout. A server that refused us as we connected has already
+ * left its reason in the socket and closed it: the request then fails
+ * (EPIPE), and that reason is returned as the answer instead. */
+ssize_t sock_ask(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen, void *buf,
+                 size_t cap, int *fds, unsigned max_fds, unsigned *nfds, int timeout_ms);
 /* Credentials of the connected peer. 0 or -1. */
 int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 
