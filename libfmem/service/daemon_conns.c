@@ -93,27 +93,33 @@ static unsigned stalest_pending(const struct fmemd *d, uid_t uid)
     return best;
 }
 
-/* Make room for a new pending connection of uid. */
-static void make_room(struct fmemd *d, uid_t uid, uint64_t now)
+/* Push out one pending connection: the least recently active one of
+ * `loser` (of anyone if it has none). false: there is none. */
+static bool push_out(struct fmemd *d, uid_t loser, uint64_t now)
 {
-    uid_t loser = (uid_t)-1;
-    if (uidtab_peek(&d->uids, uid).pending >= PENDING_PER_UID)
-        loser = uid; /* its own oldest goes */
-    else if (d->npend >= d->pend_cap)
-        loser = uidtab_most_pending(&d->uids);
-    else
-        return;
     unsigned i = stalest_pending(d, loser);
     if (i == d->npend)
         i = stalest_pending(d, (uid_t)-1);
     if (i == d->npend)
-        return;
+        return false;
     struct peer *p = &d->pend[i];
     if (d->cfg->verbose)
         dsay(d, "pid %d (uid %d): too many connections being opened; closed", (int)p->pid,
              (int)p->uid);
     sock_send_error(p->fd, 0, FMEM_EBUSY, "too many connections being opened; this one closed");
     pending_drop(d, i, now);
+    return true;
+}
+
+/* Make room for a new pending connection of uid: when the user has its
+ * share, its own oldest goes; when the table is full, the oldest of the
+ * user holding most of it. */
+static void make_room(struct fmemd *d, uid_t uid, uint64_t now)
+{
+    if (uidtab_peek(&d->uids, uid).pending >= PENDING_PER_UID)
+        push_out(d, uid, now);
+    else if (d->npend >= d->pend_cap)
+        push_out(d, uidtab_most_pending(&d->uids), now);
 }
 
 static void welcome(struct fmemd *d, unsigned i, const struct msg *m, uint64_t now)
@@ -252,7 +258,12 @@ void conns_accept(struct fmemd *d, uint64_t now)
 {
     for (unsigned k = 0; k < ACCEPT_BATCH; k++) {
         struct peer p;
-        if (listener_accept(&d->ls, &p, now) != 1)
+        int r = listener_accept(&d->ls, &p, now);
+        if (r < 0 && push_out(d, uidtab_most_pending(&d->uids), now))
+            r = listener_accept(&d->ls, &p, now); /* out of descriptors */
+        if (r < 0)
+            listener_shed(&d->ls, now);
+        if (r != 1)
             return;
         if (!cred_allowed(d->cfg, p.uid, p.gid)) {
             char why[64];

@@ -564,32 +564,41 @@ static unsigned stalest_stranger(const struct mnode *m, uid_t uid)
     return best;
 }
 
-/* Make room for a new stranger of uid: the user's own oldest goes when it
- * has its share, else the oldest of the user holding most. */
-static void make_room(struct mnode *m, uid_t uid)
+/* Push out the least recently active stranger of `loser` (of anyone if
+ * it has none). false: there is none. */
+static bool push_out(struct mnode *m, uid_t loser)
 {
-    uid_t loser;
-    if (uidtab_peek(&m->uids, uid).pending >= PENDING_PER_UID)
-        loser = uid;
-    else if (m->nstrangers >= PENDING_MAX || m->nconns >= m->conns_cap)
-        loser = uidtab_most_pending(&m->uids);
-    else
-        return;
     unsigned i = stalest_stranger(m, loser);
     if (i == m->nconns)
         i = stalest_stranger(m, (uid_t)-1);
     if (i == m->nconns)
-        return;
+        return false;
     sock_send_error(m->conns[i].p.fd, 0, FMEM_EBUSY,
                     "too many connections being opened; this one closed");
     drop_conn(m, i, "pushed out", false);
+    return true;
+}
+
+/* Make room for a new stranger of uid: the user's own oldest goes when it
+ * has its share, else the oldest of the user holding most. */
+static void make_room(struct mnode *m, uid_t uid)
+{
+    if (uidtab_peek(&m->uids, uid).pending >= PENDING_PER_UID)
+        push_out(m, uid);
+    else if (m->nstrangers >= PENDING_MAX || m->nconns >= m->conns_cap)
+        push_out(m, uidtab_most_pending(&m->uids));
 }
 
 static void on_accept(struct mnode *m, uint64_t now)
 {
     for (unsigned k = 0; k < ACCEPT_BATCH; k++) {
         struct conn c = {.pidfd = -1};
-        if (listener_accept(&m->ls, &c.p, now) != 1)
+        int r = listener_accept(&m->ls, &c.p, now);
+        if (r < 0 && push_out(m, uidtab_most_pending(&m->uids)))
+            r = listener_accept(&m->ls, &c.p, now); /* out of descriptors */
+        if (r < 0)
+            listener_shed(&m->ls, now);
+        if (r != 1)
             return;
         if (!allowed(m, c.p.uid)) {
             char why[64];

@@ -59,9 +59,7 @@ void listener_close(struct listener *l, const char *path)
     l->fd = l->spare = -1;
 }
 
-/* Out of descriptors: give up the reserve for a moment to take the
- * waiting connection off the backlog with a clear answer. */
-static void refuse_without_descriptors(struct listener *l, uint64_t now)
+void listener_shed(struct listener *l, uint64_t now)
 {
     if (l->spare < 0) { /* the reserve was lost too: wait a little */
         l->paused_until = now + 100000000u;
@@ -82,9 +80,7 @@ int listener_accept(struct listener *l, struct peer *p, uint64_t now)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno == EMFILE || errno == ENFILE)
-                refuse_without_descriptors(l, now);
-            return 0;
+            return errno == EMFILE || errno == ENFILE ? -1 : 0;
         }
         *p = (struct peer){.fd = fd, .since = now, .active = now};
         if (sock_peer(fd, &p->pid, &p->uid, &p->gid) == 0)

@@ -65,9 +65,13 @@ int listener_open(struct listener *l, const char *path, unsigned mode);
 void listener_close(struct listener *l, const char *path);
 /* Accept one waiting connection with its credentials into *p (fd
  * non-blocking and close-on-exec, since and active set to now). 1: *p is
- * filled; 0: none is waiting (or the one waiting was refused for want of
- * descriptors). */
+ * filled; 0: none is waiting; -1: no descriptor is left (the caller may
+ * close one of its own connections and try again, or listener_shed()). */
 int listener_accept(struct listener *l, struct peer *p, uint64_t now);
+/* Out of descriptors: take the first waiting connection off the backlog
+ * with the reserve descriptor and refuse it (EBUSY), so that it neither
+ * hangs nor keeps the listener readable; without a reserve, pause. */
+void listener_shed(struct listener *l, uint64_t now);
 
 /* Do not poll the listener now: no descriptor is left to accept with. */
 static inline bool listener_paused(const struct listener *l, uint64_t now)
