@@ -249,6 +249,23 @@ int sock_reply_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t pl
     return send_msg(fd, type, seq, p, plen, fds, nfds, MSG_DONTWAIT);
 }
 
+/* The first message back. A peer that closed with our request unread
+ * leaves ECONNRESET pending, which the kernel reports before the messages
+ * the peer sent before closing (its reason): read once more after it. */
+static ssize_t recv_answer(int fd, void *buf, size_t cap, int *fds, unsigned max_fds,
+                           unsigned *nfds, int timeout_ms)
+{
+    ssize_t n = sock_recv_timeout(fd, buf, cap, fds, max_fds, nfds, timeout_ms);
+    if (n == -1 && errno == ECONNRESET) {
+        n = sock_recv_timeout(fd, buf, cap, fds, max_fds, nfds, 0);
+        if (n == 0 || n == -1 || n == -3) {
+            errno = ECONNRESET;
+            return -1;
+        }
+    }
+    return n;
+}
+
 ssize_t sock_ask(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen, void *buf,
                  size_t cap, int *fds, unsigned max_fds, unsigned *nfds, int timeout_ms)
 {
@@ -259,13 +276,13 @@ ssize_t sock_ask(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen
         if (e != EPIPE && e != ECONNRESET)
             return -1;
         /* refused before we spoke: the reason is waiting, if it was sent */
-        ssize_t n = sock_recv_timeout(fd, buf, cap, fds, max_fds, nfds, 0);
+        ssize_t n = recv_answer(fd, buf, cap, fds, max_fds, nfds, 0);
         if (n > 0 || n == -2)
             return n;
         errno = e;
         return -1;
     }
-    return sock_recv_timeout(fd, buf, cap, fds, max_fds, nfds, timeout_ms);
+    return recv_answer(fd, buf, cap, fds, max_fds, nfds, timeout_ms);
 }
 
 int sock_send_error(int fd, uint32_t seq, int code, const char *text)

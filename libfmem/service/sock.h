@@ -24,9 +24,10 @@ ssize_t sock_recv(int fd, void *buf, size_t cap, int *fds, unsigned max_fds, uns
 ssize_t sock_recv_timeout(int fd, void *buf, size_t cap, int *fds, unsigned max_fds,
                           unsigned *nfds, int timeout_ms);
 /* Send a request and wait (timeout_ms) for the first message back, as
- * sock_recv_timeout. A server that refused us as we connected has already
- * left its reason in the socket and closed it: the request then fails
- * (EPIPE), and that reason is returned as the answer instead. */
+ * sock_recv_timeout. A server that refused us as we connected has left its
+ * reason in the socket and closed it: whether the request then fails
+ * (EPIPE) or the connection reads as reset (our request was unread), that
+ * reason is returned as the answer. */
 ssize_t sock_ask(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen, void *buf,
                  size_t cap, int *fds, unsigned max_fds, unsigned *nfds, int timeout_ms);
 /* Credentials of the connected peer. 0 or -1. */
