@@ -309,3 +309,37 @@ Test(limits, refused_user_gets_a_clear_error)
     fmem_pool *p = env_app(&E, 0); /* and the service goes on */
     fmem_close(p);
 }
+
+static int open_as_member(void *arg)
+{
+    fmem_pool *p;
+    int rc = fmem_open(arg, &p);
+    if (rc == 0)
+        fmem_close(p);
+    return rc == 0 ? 0 : rc == FMEM_EACCES ? 1 : 2;
+}
+
+/* --allow-gid admits members of the group, whether it is their primary
+ * group or one of their supplementary groups, and takes a group name. */
+Test(limits, group_members_are_admitted)
+{
+    need_root();
+    start("--mode 0666 --allow-gid 4242");
+    gid_t groups[1] = {4242};
+    pid_t pid = fork();
+    if (pid == 0) { /* a supplementary member */
+        if (setgroups(1, groups) || setresgid(OTHER_UID, OTHER_UID, OTHER_UID) ||
+            setresuid(OTHER_UID, OTHER_UID, OTHER_UID))
+            _exit(99);
+        _exit(open_as_member(E.app_uri[0]));
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a supplementary member was refused (%d)",
+              WEXITSTATUS(st));
+    cr_assert_eq(as_other_user(open_as_member, E.app_uri[0]), 1, "a non-member was admitted");
+    /* names: the group of nobody's is admitted by name, an unknown name refused */
+    env_stop(&E);
+    start("--mode 0666 --allow-gid nogroup");
+    cr_assert_eq(as_other_user(open_as_member, E.app_uri[0]), 0, "nogroup by name");
+}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "service/daemon.h"
+#include "service/ids.h"
 #include "uri.h"
 
 static _Atomic int stop;
@@ -27,8 +28,8 @@ static int usage(FILE *f)
             "                      served over RDMA: rdma://HOST:PORT?token=FILE\n"
             "  --socket PATH       where applications connect (fmem_open(\"unix:PATH\"))\n"
             "  --mode OCTAL        socket file mode (default 0660): who may connect\n"
-            "  --allow-uid UID     may connect besides root and our own uid\n"
-            "  --allow-gid GID     members of this group may connect\n"
+            "  --allow-uid USER    may connect besides root and our own uid (name or id)\n"
+            "  --allow-gid GROUP   members of this group may connect (name or id)\n"
             "  --workers N         worker threads (default: one per core)\n"
             "  --app-max-bytes N   per-application quota (K/M/G suffixes; default none)\n"
             "  --app-max-allocs N  per-application live allocations (default none)\n"
@@ -87,8 +88,18 @@ int main(int argc, char **argv)
             c.socket_mode = (unsigned)m;
             break;
         }
-        case 'u': c.allow_uid = (uid_t)num("--allow-uid", optarg, 0xFFFFFFFEu); break;
-        case 'g': c.allow_gid = (gid_t)num("--allow-gid", optarg, 0xFFFFFFFEu); break;
+        case 'u':
+            if (!svc_parse_uid(optarg, &c.allow_uid)) {
+                fprintf(stderr, "fmemd: --allow-uid: no such user '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'g':
+            if (!svc_parse_gid(optarg, &c.allow_gid)) {
+                fprintf(stderr, "fmemd: --allow-gid: no such group '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'w': c.workers = (unsigned)num("--workers", optarg, 64); break;
         case 'B': c.app_max_bytes = num("--app-max-bytes", optarg, UINT64_MAX); break;
         case 'A': c.app_max_allocs = num("--app-max-allocs", optarg, UINT64_MAX); break;

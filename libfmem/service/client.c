@@ -411,7 +411,8 @@ int service_open(const char *uri, fmem_pool **out)
     pthread_mutex_init(&c->sock_mu, NULL);
     c->sock = sock_connect(path);
     if (c->sock < 0) {
-        rc = FMEM_EIO;
+        /* the socket file's mode keeps this user out: a refusal too */
+        rc = errno == EACCES || errno == EPERM ? FMEM_EACCES : FMEM_EIO;
     } else {
         rc = handshake(c);
     }

@@ -32,10 +32,14 @@
 #define MAX_BAD_MSGS 256       /* junk an application may send on its socket */
 #define ACCEPT_BATCH 32        /* connections taken off the backlog per turn */
 
-static bool cred_allowed(const struct fmemd_config *c, uid_t u, gid_t g)
+static bool cred_allowed(const struct fmemd_config *c, const struct peer *p)
 {
-    return u == 0 || u == geteuid() || (c->allow_uid != (uid_t)-1 && u == c->allow_uid) ||
-           (c->allow_gid != (gid_t)-1 && g == c->allow_gid);
+    uid_t u = p->uid;
+    if (u == 0 || u == geteuid() || (c->allow_uid != (uid_t)-1 && u == c->allow_uid))
+        return true;
+    /* a member of the group: as its primary or a supplementary group */
+    return c->allow_gid != (gid_t)-1 &&
+           (p->gid == c->allow_gid || sock_peer_in_group(p->fd, c->allow_gid));
 }
 
 int conns_start(struct fmemd *d)
@@ -265,7 +269,7 @@ void conns_accept(struct fmemd *d, uint64_t now)
             listener_shed(&d->ls, now);
         if (r != 1)
             return;
-        if (!cred_allowed(d->cfg, p.uid, p.gid)) {
+        if (!cred_allowed(d->cfg, &p)) {
             char why[64];
             snprintf(why, sizeof why, "user %u may not use this service", (unsigned)p.uid);
             if (d->cfg->verbose)

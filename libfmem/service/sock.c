@@ -215,6 +215,23 @@ int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid)
     return 0;
 }
 
+bool sock_peer_in_group(int fd, gid_t g)
+{
+    gid_t small[64], *gids = small;
+    socklen_t len = sizeof small;
+    bool in = false;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, gids, &len) < 0) {
+        if (errno != ERANGE || !(gids = malloc(len)) ||
+            getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, gids, &len) < 0)
+            len = 0;
+    }
+    for (size_t i = 0; i < len / sizeof *gids; i++)
+        in |= gids[i] == g;
+    if (gids != small)
+        free(gids);
+    return in;
+}
+
 static int send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
                     const int *fds, unsigned nfds, int flags)
 {

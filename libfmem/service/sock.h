@@ -4,6 +4,7 @@
 #ifndef FMEM_SVC_SOCK_H
 #define FMEM_SVC_SOCK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -32,6 +33,9 @@ ssize_t sock_ask(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen
                  size_t cap, int *fds, unsigned max_fds, unsigned *nfds, int timeout_ms);
 /* Credentials of the connected peer. 0 or -1. */
 int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+/* Is g among the connected peer's supplementary groups (SO_PEERGROUPS,
+ * as they were when it connected)? */
+bool sock_peer_in_group(int fd, gid_t g);
 
 /* Send a message of `type` (proto.h) with payload p. 0 or -1. */
 int sock_send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
