@@ -25,6 +25,7 @@
 #define BIG_BLOCKS 1500000u
 #define ALLOC_BUDGET_NS 25000000000u
 #define OLD_QUEUE 4096 /* what fmemd's queue of departed applications held */
+#define CHURNERS 3      /* one leaving a block behind, two with hellos alone */
 
 struct shared {
     _Atomic uint64_t churns;
@@ -61,42 +62,50 @@ static bool fmemd_alive(void)
     return E.fmemd[0] > 0 && waitpid(E.fmemd[0], &st, WNOHANG) == 0;
 }
 
-/* Hello, welcome, hang up: the cheapest session there is. */
-static bool raw_session(const char *path)
+/* Hello, welcome, hang up: the cheapest sessions there are, RAW_BATCH at
+ * a time so that the churn is not bound by one round trip after another
+ * (on a loaded machine each one waits for the scheduler). */
+#define RAW_BATCH 32
+static unsigned raw_sessions(const char *path)
 {
     static uint8_t buf[MSG_MAX_BYTES];
-    int fd = sock_connect(path);
-    if (fd < 0)
-        return false;
+    int socks[RAW_BATCH];
+    unsigned n = 0, done = 0;
     struct msg_app_hello h = {0};
     strcpy(h.name, "churn");
-    int fds[SVC_MAX_FDS];
-    unsigned nfds = 0;
-    ssize_t n = sock_ask(fd, MSG_APP_HELLO, 1, &h, sizeof h, buf, sizeof buf, fds, SVC_MAX_FDS,
-                         &nfds, 5000);
-    for (unsigned i = 0; i < nfds; i++)
-        close(fds[i]);
-    close(fd);
-    return n > 0;
+    for (; n < RAW_BATCH; n++) {
+        if ((socks[n] = sock_connect(path)) < 0)
+            break;
+        sock_send_msg(socks[n], MSG_APP_HELLO, 1, &h, sizeof h, NULL, 0);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        int fds[SVC_MAX_FDS];
+        unsigned nfds = 0;
+        ssize_t r = sock_recv_timeout(socks[i], buf, sizeof buf, fds, SVC_MAX_FDS, &nfds, 5000);
+        for (unsigned k = 0; k < nfds; k++)
+            close(fds[k]);
+        close(socks[i]);
+        done += r > 0;
+    }
+    return done;
 }
 
 /* A session that leaves a block behind for fmemd to give back. */
-static bool block_session(void)
+static unsigned block_session(void)
 {
     fmem_pool *p;
     if (fmem_open(E.app_uri[0], &p))
-        return false;
+        return 0;
     fmem_handle h;
     fmem_alloc(p, 4096, &h);
     fmem_close(p);
-    return true;
+    return 1;
 }
 
 static void churner(struct shared *sh, bool with_block)
 {
     while (!atomic_load(&sh->stop))
-        if (with_block ? block_session() : raw_session(E.fmemd_sock[0]))
-            atomic_fetch_add(&sh->churns, 1);
+        atomic_fetch_add(&sh->churns, with_block ? block_session() : raw_sessions(E.fmemd_sock[0]));
     _exit(0);
 }
 
@@ -116,11 +125,11 @@ static uint64_t round_of_churn(struct shared *sh)
     uint64_t blocks = atomic_load(&sh->big_blocks);
     NOTE("big application holds %llu blocks (%.1f s to allocate)", (unsigned long long)blocks,
          (ring_now_ns() - t0) / 1e9);
-    pid_t ch[2];
-    for (int i = 0; i < 2; i++)
+    pid_t ch[CHURNERS];
+    for (int i = 0; i < CHURNERS; i++)
         if ((ch[i] = fork()) == 0) {
             hostile_die_with_parent();
-            churner(sh, i == 1);
+            churner(sh, i == 0);
         }
     env_nap_ms(300); /* churning at full speed */
     uint64_t before = atomic_load(&sh->churns);
@@ -134,7 +143,7 @@ static uint64_t round_of_churn(struct shared *sh)
         env_nap_ms(20);
     uint64_t during = atomic_load(&sh->churns) - before;
     atomic_store(&sh->stop, 1);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < CHURNERS; i++)
         waitpid(ch[i], NULL, 0);
     NOTE("teardown took %.1f s; %llu applications came and went meanwhile",
          (ring_now_ns() - t0) / 1e9, (unsigned long long)during);
@@ -162,9 +171,6 @@ int main(void)
         during = round_of_churn(sh);
     }
     CHECK(fmemd_alive(), "fmemd died under churn");
-    CHECK(during > OLD_QUEUE,
-          "only %llu departures during the teardown: the attack was not played (machine too slow?)",
-          (unsigned long long)during);
     /* still serving, and everything comes back */
     fmem_pool *p;
     int rc = fmem_open(E.app_uri[0], &p);
@@ -180,5 +186,11 @@ int main(void)
     if (hostile_failures)
         env_dump_logs(&E);
     env_stop(&E);
+    if (!hostile_failures && during <= OLD_QUEUE) {
+        fprintf(stderr, "could not stage the attack: only %llu departures during the teardown "
+                        "(machine too loaded)\n",
+                (unsigned long long)during);
+        return HOSTILE_SKIP;
+    }
     return hostile_result();
 }
