@@ -23,6 +23,9 @@
 #include "test_service_env.h"
 
 #define OTHER_UID 65534 /* nobody: the second user of these tests */
+/* the longest an open may take behind misbehaving clients: a bounded,
+ * small delay, with room for a machine shared with other work */
+#define MAX_OPEN_MS 2000
 
 static struct svc_env E;
 
@@ -107,7 +110,7 @@ Test(limits, idle_connections_do_not_lock_out_applications)
     int rc = 0;
     double ms = slowest_open(20, &rc);
     cr_assert_eq(rc, 0, "an application was refused: %s", fmem_strerror(rc));
-    cr_assert_lt(ms, 1000, "an open took %.0f ms behind idle connections", ms);
+    cr_assert_lt(ms, MAX_OPEN_MS, "an open took %.0f ms behind idle connections", ms);
     for (unsigned i = 0; i < n; i++)
         close(fds[i]);
 }
@@ -152,7 +155,7 @@ Test(limits, another_users_idle_connections)
     int rc = 0;
     double ms = slowest_open(20, &rc);
     cr_assert_eq(rc, 0, "an application was refused: %s", fmem_strerror(rc));
-    cr_assert_lt(ms, 1000, "an open took %.0f ms behind idle connections", ms);
+    cr_assert_lt(ms, MAX_OPEN_MS, "an open took %.0f ms behind idle connections", ms);
     cr_assert(env_status_has(E.fmemd_sock[0], "opening (at most"));
     close(down[1]);
     int st;
@@ -160,14 +163,14 @@ Test(limits, another_users_idle_connections)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
 }
 
-/* Requests whose replies are never read: the service neither blocks on
- * the full sockets nor queues without bound; the readers that do not read
- * are dropped. */
+/* Map requests whose replies are never read (16 clients): the service neither
+ * blocks on the full sockets nor queues without bound; the readers that do
+ * not read are dropped. */
 Test(limits, unread_replies_do_not_stall_the_service)
 {
-    E.pool_size = "1G"; /* 8192 spans: a map is a large reply */
+    E.pool_size = "8G"; /* 65536 spans: a map is a reply of two 32 KiB parts */
     start(NULL);
-    enum { FLOODERS = 8 };
+    enum { FLOODERS = 16 };
     int fds[FLOODERS];
     struct msg_status_req q = {0};
     uint8_t buf[64];
@@ -175,7 +178,7 @@ Test(limits, unread_replies_do_not_stall_the_service)
         fds[i] = sock_connect(E.fmemd_sock[0]);
         cr_assert_geq(fds[i], 0);
         for (unsigned k = 0; k < 4000; k++) {
-            size_t len = msg_encode(buf, k & 1 ? MSG_MAP_REQ : MSG_STATUS_REQ, k, &q, sizeof q);
+            size_t len = msg_encode(buf, MSG_MAP_REQ, k, &q, sizeof q);
             if (send(fds[i], buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
                 break; /* our socket is full */
         }
@@ -183,7 +186,7 @@ Test(limits, unread_replies_do_not_stall_the_service)
     int rc = 0;
     double ms = slowest_open(20, &rc);
     cr_assert_eq(rc, 0, "an application failed: %s", fmem_strerror(rc));
-    cr_assert_lt(ms, 1000, "an open took %.0f ms behind unread replies", ms);
+    cr_assert_lt(ms, MAX_OPEN_MS, "an open took %.0f ms behind unread replies", ms);
     /* each flooder is dropped once it has not read for a while */
     unsigned dropped = 0;
     for (unsigned i = 0; i < FLOODERS; i++) {
@@ -240,7 +243,7 @@ Test(limits, out_of_descriptors)
     int rc = 0;
     double ms = slowest_open(5, &rc);
     cr_assert_eq(rc, 0, "an application was refused: %s", fmem_strerror(rc));
-    cr_assert_lt(ms, 1000, "an open took %.0f ms", ms);
+    cr_assert_lt(ms, MAX_OPEN_MS, "an open took %.0f ms", ms);
     for (unsigned i = 0; i < n; i++)
         close(fds[i]);
     /* not spinning on a listener it cannot accept from */
