@@ -5,10 +5,12 @@
 # this; the test command (scripts/test.sh) counts it as one test.
 #
 # Convention for adding an attack:
-# - one executable per class of attack, named tests/hostile/NAME.test, in
-#   the build tree (a program listed in HOSTILE_TESTS by your area's .am
-#   fragment under tests/hostile/, included from Makefile.am) or in the
-#   source tree (a script with its executable bit set);
+# - one executable per attack, named tests/hostile/NAME.test (NAME starts
+#   with its class, e.g. class2-idle-and-flood), in the build tree (a
+#   check program of your area's .am fragment under tests/hostile/,
+#   included from Makefile.am; HOSTILE_TESTS adds to check_PROGRAMS) or in
+#   the source tree (a script with its executable bit set, in EXTRA_DIST);
+#   helpers there that are not attacks must not end in .test;
 # - it plays the attack against real daemons (tools/fmem-mnode,
 #   tools/fmemd from $top_builddir) in a directory of its own under /tmp,
 #   asserts what must hold, cleans up, and exits 0 when everything held,
