@@ -346,3 +346,16 @@ Test(limits, group_members_are_admitted)
     start("--mode 0666 --allow-gid nogroup");
     cr_assert_eq(as_other_user(open_as_member, E.app_uri[0]), 0, "nogroup by name");
 }
+
+/* Root (trusted, like fmemd's own user) is held to --max-apps only. */
+Test(limits, root_is_held_to_max_apps_only)
+{
+    need_root();
+    start("--max-apps-per-uid 2 --max-apps 5");
+    fmem_pool *p[6];
+    for (int i = 0; i < 5; i++)
+        p[i] = env_app(&E, 0);
+    cr_assert_eq(fmem_open(E.app_uri[0], &p[5]), FMEM_EBUSY, "the sixth session of five");
+    for (int i = 0; i < 5; i++)
+        fmem_close(p[i]);
+}

@@ -35,7 +35,7 @@ static int usage(FILE *f)
             "  --app-max-allocs N  per-application live allocations (default none)\n"
             "  --max-apps N        applications at once (default 256)\n"
             "  --max-apps-per-uid N  applications of one user at once (default a\n"
-            "                      quarter of --max-apps)\n"
+            "                      quarter of --max-apps; root and our own user: any)\n"
             "  --spin-us N         worker spin before sleeping (default 50)\n"
             "  --connect-ms N      wait this long for the memory nodes (default 10000)\n"
             "  --name NAME         shown by fmem status (default fmemd)\n"

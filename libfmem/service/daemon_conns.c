@@ -11,10 +11,11 @@
  * - each turn of the control loop takes at most ACCEPT_BATCH connections
  *   off the backlog and reads at most one message per client;
  * - a user (SO_PEERCRED uid) has at most PENDING_PER_UID connections that
- *   have not said hello, and max_apps_per_uid sessions; when the pending
- *   table is full, the user holding most of it loses its least recently
- *   active connection. Connections that say nothing can only push out each
- *   other, never a newcomer;
+ *   have not said hello, and max_apps_per_uid sessions (root and our own
+ *   user: up to max_apps); when the pending table is full, the user
+ *   holding most of it loses its least recently active connection.
+ *   Connections that say nothing can only push out each other, never a
+ *   newcomer;
  * - a connection has PENDING_NS to say hello (or, for status tools,
  *   between requests), and status and map requests, which scan the whole
  *   pool, are rate-limited per user (uidtab.h). */
@@ -131,7 +132,10 @@ static void welcome(struct fmemd *d, unsigned i, const struct msg *m, uint64_t n
     struct peer *p = &d->pend[i];
     struct uid_use u = uidtab_peek(&d->uids, p->uid);
     char why[64];
-    if (u.live >= d->max_apps_per_uid) {
+    /* root and our own user are trusted (they could stop us anyway): the
+     * per-user share keeps the others from taking every slot */
+    bool trusted = p->uid == 0 || p->uid == geteuid();
+    if (!trusted && u.live >= d->max_apps_per_uid) {
         snprintf(why, sizeof why, "user %u has %u applications connected already",
                  (unsigned)p->uid, u.live);
         peer_refuse(p->fd, FMEM_EBUSY, why);

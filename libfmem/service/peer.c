@@ -82,7 +82,7 @@ int listener_accept(struct listener *l, struct peer *p, uint64_t now)
                 continue;
             return errno == EMFILE || errno == ENFILE ? -1 : 0;
         }
-        *p = (struct peer){.fd = fd, .since = now, .active = now};
+        *p = (struct peer){.fd = fd, .active = now};
         if (sock_peer(fd, &p->pid, &p->uid, &p->gid) == 0)
             return 1;
         close(fd); /* no credentials: nothing to admit it by */

@@ -37,8 +37,7 @@ struct peer {
     pid_t pid;
     uid_t uid;
     gid_t gid;
-    uint64_t since;  /* accepted (ns, ring_now_ns) */
-    uint64_t active; /* last request read or reply sent */
+    uint64_t active; /* accepted, last request read or reply sent (ns) */
     struct peer_msg *out, *out_tail;
     size_t out_bytes;
     uint64_t stalled; /* since when a reply waits for room; 0: none waits */
@@ -64,7 +63,7 @@ unsigned peer_fd_budget(void);
 int listener_open(struct listener *l, const char *path, unsigned mode);
 void listener_close(struct listener *l, const char *path);
 /* Accept one waiting connection with its credentials into *p (fd
- * non-blocking and close-on-exec, since and active set to now). 1: *p is
+ * non-blocking and close-on-exec, active set to now). 1: *p is
  * filled; 0: none is waiting; -1: no descriptor is left (the caller may
  * close one of its own connections and try again, or listener_shed()). */
 int listener_accept(struct listener *l, struct peer *p, uint64_t now);
