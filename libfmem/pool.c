@@ -178,7 +178,9 @@ const char *fmem_strerror(int err)
     case FMEM_EBADHANDLE: return "the handle does not name an allocation";
     case FMEM_ECORRUPT: return "the pool file is corrupt or not an fmem pool";
     case FMEM_EIO: return "a system call failed";
-    case FMEM_EACCES: return "the handle's key does not grant access";
+    case FMEM_EACCES:
+        return "access denied: the handle's key does not grant access, or the service does "
+               "not admit this user";
     case FMEM_EURI: return "the pool URI cannot be parsed";
     case FMEM_ENOTSUP: return "the transport does not support this operation";
     case FMEM_ERANGE: return "offset or length outside the allocation";

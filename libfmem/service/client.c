@@ -161,20 +161,23 @@ static int handshake(struct svc_client *c)
 {
     struct msg_app_hello h = {0};
     snprintf(h.name, sizeof h.name, "%s", program_invocation_short_name);
-    if (sock_send_msg(c->sock, MSG_APP_HELLO, 1, &h, sizeof h, NULL, 0) < 0)
-        return FMEM_EIO;
     uint8_t *buf = malloc(MSG_MAX_BYTES);
     if (!buf)
         return FMEM_ENOMEM;
     int fds[SVC_MAX_FDS];
     unsigned nfds = 0;
-    ssize_t n = sock_recv_timeout(c->sock, buf, MSG_MAX_BYTES, fds, SVC_MAX_FDS, &nfds, 10000);
+    /* a refusal (not admitted, too many connections) arrives as MSG_ERROR,
+     * even when fmemd closed the connection before our hello got there */
+    ssize_t n = sock_ask(c->sock, MSG_APP_HELLO, 1, &h, sizeof h, buf, MSG_MAX_BYTES, fds,
+                         SVC_MAX_FDS, &nfds, 10000);
     struct msg m;
     int rc = n > 0 ? msg_decode(buf, (size_t)n, &m) : FMEM_EIO;
     free(buf);
-    if (rc == 0 && m.type == MSG_ERROR)
+    if (rc == 0 && m.type == MSG_ERROR) {
         rc = m.u.error.code;
-    else if (rc == 0 && m.type != MSG_APP_WELCOME)
+        if (rc == FMEM_EACCES)
+            errno = EACCES; /* the service does not admit this user */
+    } else if (rc == 0 && m.type != MSG_APP_WELCOME)
         rc = FMEM_EIO;
     unsigned nshm = 0;
     for (unsigned i = 0; rc == 0 && i < m.u.welcome.nnodes; i++)
@@ -503,7 +506,8 @@ int service_open(const char *uri, fmem_pool **out)
     pthread_mutex_init(&c->sock_mu, NULL);
     c->sock = sock_connect(path);
     if (c->sock < 0) {
-        rc = FMEM_EIO;
+        /* the socket file's mode keeps this user out: a refusal too */
+        rc = errno == EACCES || errno == EPERM ? FMEM_EACCES : FMEM_EIO;
     } else {
         rc = handshake(c);
     }
