@@ -3,6 +3,7 @@
  * objects in heap_large.c, thread heaps in heap_thread.c, memory sources in
  * heap_backend.c. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -311,10 +312,49 @@ static int heap_stats(fmem_heap *h, fmem_heap_stats_t *out)
     return 0;
 }
 
-/* ---- the public calls: each inside the fork gate (fork.h) -------------- */
+/* ---- the public calls: each inside the fork gate (fork.h) --------------
+ * The two hottest paths - a small object from the calling thread's slab,
+ * and its free back there - use a cheaper gate of their own: the thread
+ * heap's busy flag, which the fork's prepare handler waits on as it waits
+ * on the gate (heap_thread.c). They never wait inside it: anything that
+ * may (a new slab, an emptied one) leaves it and goes through the gate. */
+
+static inline bool fast_enter(struct theap *th)
+{
+    atomic_store_explicit(&th->busy, 1, memory_order_relaxed);
+    if (unlikely(fork_gate_fence))
+        atomic_thread_fence(memory_order_seq_cst);
+    else
+        atomic_signal_fence(memory_order_seq_cst); /* the forker fences */
+    if (likely(!atomic_load_explicit(&fork_gate_closed, memory_order_relaxed)))
+        return true;
+    atomic_store_explicit(&th->busy, 0, memory_order_release);
+    return false;
+}
+
+static inline void fast_leave(struct theap *th)
+{
+    atomic_store_explicit(&th->busy, 0, memory_order_release);
+}
 
 void *fmem_heap_malloc(fmem_heap *h, size_t size)
 {
+    if (likely(h && size <= SMALL_MAX && heap_tls.id == h->id)) {
+        struct theap *th = heap_tls.th;
+        if (likely(fast_enter(th))) {
+            struct slab *s = th->avail[size_class(size)];
+            void **o;
+            if (likely(s && (o = s->free) != NULL)) {
+                s->free = o[0];
+                o[0] = o[1] = NULL; /* no free-list link or double-free key shows */
+                s->used++;
+                counter_bump(&th->mallocs);
+                fast_leave(th);
+                return o;
+            }
+            fast_leave(th);
+        }
+    }
     fork_gate_enter();
     void *p = heap_malloc(h, size);
     fork_gate_leave();
@@ -325,6 +365,36 @@ int fmem_heap_free(fmem_heap *h, void *p)
 {
     if (!p)
         return 0;
+    if (likely(h && heap_tls.id == h->id)) {
+        struct theap *th = heap_tls.th;
+        struct slab *s = pagemap_get(&h->map, p);
+        if (likely(s && s->kind == SLAB_SMALL &&
+                   atomic_load_explicit(&s->owner, memory_order_relaxed) == th)) {
+            uint32_t off = (uint32_t)((char *)p - s->start);
+            uint32_t idx = (uint32_t)(((uint64_t)off * s->recip) >> 32);
+            void **o = p;
+            uintptr_t key = h->key ^ (uintptr_t)p;
+            /* the checks of heap_free's own-slab path, then its free */
+            if (likely(idx < s->bump && idx * s->obj_size == off && (uintptr_t)o[1] != key &&
+                       fast_enter(th))) {
+                o[1] = (void *)key;
+                o[0] = s->local_free;
+                s->local_free = o;
+                counter_bump(&th->frees);
+                bool emptied = --s->used == 0, unfull = s->list == LIST_FULL;
+                fast_leave(th);
+                if (unlikely(emptied || unfull)) {
+                    fork_gate_enter();
+                    if (s->used == 0)
+                        slab_emptied(th, s);
+                    else if (s->list == LIST_FULL)
+                        slab_unfull(th, s);
+                    fork_gate_leave();
+                }
+                return 0;
+            }
+        }
+    }
     fork_gate_enter();
     int rc = heap_free(h, p);
     fork_gate_leave();

@@ -96,6 +96,8 @@ struct theap {
     struct slab *full[NCLASSES];
     _Atomic(struct slab *) delayed; /* full slabs that got remote frees */
     _Atomic int owned;              /* a live thread uses it */
+    _Atomic int busy;               /* its thread is in a fast path (fork.h's
+                                     * gate for the two hottest paths) */
     pthread_mutex_t lock;           /* adoption vs. collection */
     _Atomic uint64_t mallocs, frees; /* written by the owner only */
     struct slab *spare; /* empty slabs kept for reuse, any class */

@@ -11,6 +11,7 @@
  * %fs-relative load instead of a __tls_get_addr call. They take 24 bytes
  * of static TLS, which the C library's surplus covers even when libfmem is
  * loaded with dlopen. */
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -88,6 +89,9 @@ static void heaps_fork_child(struct fork_watch *w)
     (void)w;
     for (struct fmem_heap *h = g_live; h; h = h->next_live)
         for (struct theap *th = h->theaps; th; th = th->next) {
+            /* a thread that bounced off the closed gate may have left its
+             * flag up in the snapshot */
+            atomic_store(&th->busy, 0);
             if (!atomic_load(&th->owned) || bound_here(th))
                 continue;
             atomic_store(&th->owned, 0);
@@ -96,7 +100,18 @@ static void heaps_fork_child(struct fork_watch *w)
         }
 }
 
-static struct fork_watch heaps_watch = {.level = FORK_HEAP, .child = heaps_fork_child};
+/* Before a fork: the gate is drained; wait out the fast paths too. */
+static void heaps_fork_prepare(struct fork_watch *w)
+{
+    (void)w;
+    for (struct fmem_heap *h = g_live; h; h = h->next_live)
+        for (struct theap *th = h->theaps; th; th = th->next)
+            while (atomic_load_explicit(&th->busy, memory_order_acquire))
+                sched_yield();
+}
+
+static struct fork_watch heaps_watch = {.level = FORK_HEAP, .prepare = heaps_fork_prepare,
+                                        .child = heaps_fork_child};
 
 static void make_key(void)
 {
