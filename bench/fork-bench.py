@@ -2,8 +2,8 @@
 """What fork() costs with a heap in far memory, in one run.
 
 Each configuration is a fresh interpreter holding HEAP bytes (default
-1 GiB) of numpy arrays - 64 arrays, every page written - and then forking
---forks times. Measured per fork (medians):
+1 GiB) of numpy arrays - 64 arrays, every page written, then all read back
+(so a region's cache holds clean units) - and then forking --forks times. Measured per fork (medians):
   start   from just before os.fork() in the parent to the child's first
           Python statement (CLOCK_MONOTONIC, the same clock in both)
   pause   how long os.fork() took to return in the parent
@@ -14,8 +14,9 @@ Configurations:
   shmpool   the arrays in a heap on a named shm: pool (shared by design:
             the child gets copies of its blocks at the fork)
 The target line compares each start with 2 x plain + the time to copy
-what is resident locally (memcpy of the configuration's resident bytes,
-measured here: HEAP for the pools, the cache for the region).
+what is resident locally (a copy of the configuration's resident bytes
+into fresh memory, measured here: HEAP for the pools, the cache for the
+region).
 
     bindings/python/pyrun bench/fork-bench.py [--heap 1G] [--forks 5] [--json FILE]
 """
@@ -46,6 +47,7 @@ n = 64
 arrays = [np.full(heap // n // 8, float(i)) for i in range(n)]
 if ctx:
     ctx.__exit__(None, None, None)
+total = sum(float(a.sum()) for a in arrays)     # read back: a region's cache is clean now
 starts, pauses = [], []
 for _ in range(forks):
     r, w = os.pipe()
@@ -69,15 +71,17 @@ print(json.dumps({"mode": mode, "start_us": statistics.median(starts) / 1e3,
                   "pause_us": statistics.median(pauses) / 1e3, "ok": ok}))
 """
 
+# What copying n bytes costs: into memory just taken from the system (as a
+# copy made at a fork must be), the median of 3.
 COPY = r"""
-import sys, time
+import statistics, sys, time
 import numpy as np
 n = int(sys.argv[1])
-a = np.ones(n // 8); b = np.empty_like(a); b[:] = 0.0
-best = float("inf")
+a = np.ones(n // 8)
+times = []
 for _ in range(3):
-    t = time.perf_counter(); b[:] = a; best = min(best, time.perf_counter() - t)
-print(best * 1e6)
+    t = time.perf_counter(); b = a.copy(); times.append(time.perf_counter() - t); del b
+print(statistics.median(times) * 1e6)
 """
 
 

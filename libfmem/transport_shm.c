@@ -196,6 +196,10 @@ static int map_pool(struct shm_transport *s, uint64_t meta, uint64_t data)
             munmap(r, s->map_len);
             return FMEM_EIO;
         }
+        /* 2 MiB pages for the data where the kernel offers them: a fault
+         * per 2 MiB instead of per 4 KiB, and fork() copies one entry for
+         * each. Blocks are packed into 2 MiB sections, so little is lost. */
+        madvise(base + meta, data, MADV_HUGEPAGE);
     } else if (mmap(base, meta, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->meta_fd, 0) ==
                    MAP_FAILED ||
                mmap(base + meta, data, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->data_fd,
