@@ -340,6 +340,10 @@ def main():
     ap.add_argument("--list", type=int, default=40, help="failed tests listed per run")
     ap.add_argument("--report", action="store_true", help="print the stored results only")
     args = ap.parse_args()
+    # a shell that starts make in the background ignores SIGINT; the suites
+    # would inherit that (test_threading's interrupt_main tests fail): catch
+    # it here, so that exec gives the runs the default disposition
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args.out = os.path.abspath(args.out)
     args.stage = os.path.abspath(args.stage)
     suites = [s for s in args.suites.split(",") if s]

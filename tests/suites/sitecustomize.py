@@ -38,7 +38,7 @@ def _next_sitecustomize():
 def _write_stats(path, target, arrays):
     import json
     import fmem
-    st = {"pid": os.getpid(), "argv": sys.argv[:4],
+    st = {"pid": os.getpid(), "argv": " ".join(sys.argv)[-160:],
           "heap": fmem.arena_allocator_stats()}
     if arrays is not None:
         st["numpy"] = arrays.stats()
