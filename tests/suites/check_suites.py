@@ -266,6 +266,7 @@ def counts(res):
 
 def report(args, suites, skipped):
     regressions = 0
+    compared = set()
     for suite in suites:
         if suite in skipped:
             print("\n== %s: skipped: %s" % (suite, skipped[suite]))
@@ -309,6 +310,7 @@ def report(args, suites, skipped):
                              if not v.startswith("passed") and plain["files"].get(f, "").startswith("passed")}
                 for f, v in sorted(bad_files.items()):
                     print("   %s: %s %s (plain: %s)" % (c, f, v, plain["files"][f]))
+            compared.add(suite)
             lost = sorted(t for t, o in plain["tests"].items()
                           if o == "passed" and r["tests"].get(t) != "passed")
             regressions += len(lost)
@@ -322,10 +324,15 @@ def report(args, suites, skipped):
                 print("     ... %d more (%s)" % (len(lost) - args.list,
                                                  os.path.join(args.out, suite, c, "result.json")))
     print()
+    ran = ", ".join(s for s in suites if s in compared) or "none"
+    left = [s for s in suites if s not in compared]
+    scope = "(compared: %s%s)" % (ran, "; not compared: " + ", ".join(left) if left else "")
     if regressions:
-        say("%d tests pass plain and fail with fmem" % regressions)
+        say("%d tests pass plain and fail with fmem %s" % (regressions, scope))
+    elif not compared:
+        say("no fmem run to compare %s" % scope)
     else:
-        say("every fmem run passed everything the plain run passed")
+        say("every fmem run passed everything the plain run passed %s" % scope)
     return 1 if regressions else 0
 
 
