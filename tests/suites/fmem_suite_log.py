@@ -3,7 +3,7 @@
 Loaded with -p fmem_suite_log; FMEM_SUITE_LOG names the file. The file is
 written and flushed test by test, so a run that dies (a crash, a timeout)
 still tells which tests ended how and which one was running: a "start"
-line without an outcome after it.
+line without a "finish" line after it.
 """
 import json
 import os
@@ -23,6 +23,10 @@ def _emit(**rec):
 
 def pytest_runtest_logstart(nodeid, location):
     _emit(ev="start", id=nodeid)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _emit(ev="finish", id=nodeid)
 
 
 def pytest_runtest_logreport(report):
