@@ -259,6 +259,11 @@ def load(args, suite, config):
             res = json.load(f)
     except (OSError, ValueError):
         return None
+    paging = {k: 0 for k in ("faults", "evictions", "writebacks", "bytes_fetched")}
+    for proc in read_stats(os.path.join(args.out, suite, config)):
+        for k in paging:
+            paging[k] += proc.get("region", {}).get(k, 0)
+    res["paging"] = paging
     if suite != "cpython":  # read again: the outcome log is the record
         res["tests"], res["running"] = read_pytest(
             os.path.join(args.out, suite, config, "tests.jsonl"))
@@ -295,6 +300,11 @@ def report(args, suites, skipped):
             print("   region: %d GiB with a cache of %.1f MiB; region run's working set "
                   "%.1f MiB; spills: %d" % (REGION_SIZE >> 30, region["cache"] / MIB,
                                             region["working_set"] / MIB, region["spills"]))
+            pg = region["paging"]
+            print("   region run's paging (all interpreters): %d faults, %d evictions, "
+                  "%d write-backs, %.0f MiB fetched%s" % (
+                      pg["faults"], pg["evictions"], pg["writebacks"], pg["bytes_fetched"] / MIB,
+                      "" if pg["evictions"] else " (the cache never filled: nothing was paged out)"))
         print("   %-7s %8s %8s %8s %8s %9s" % ("run", "passed", "failed", "errors",
                                                  "skipped", "time"))
         for c in CONFIGS:
@@ -355,6 +365,8 @@ def main():
     ap.add_argument("--python", dest="py", default=os.environ.get("FMEM_PYTHON", "/usr/bin/python3"))
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per run")
     ap.add_argument("--list", type=int, default=40, help="failed tests listed per run")
+    ap.add_argument("--cache-fraction", type=float, default=0.5,
+                    help="region cache / the pool run's working set")
     ap.add_argument("--report", action="store_true", help="print the stored results only")
     args = ap.parse_args()
     # a shell that starts make in the background ignores SIGINT; the suites
@@ -393,7 +405,8 @@ def main():
                             "skipped" % s)
                         continue
                     # half the working set, in whole 16 KiB fetch units
-                    cache = max(pool["working_set"] // 2 // 16384 * 16384, 1 << 20)
+                    cache = int(pool["working_set"] * args.cache_fraction) // 16384 * 16384
+                    cache = max(cache, 1 << 20)
                 run(args, s, c, cache)
     return report(args, suites, skipped)
 
