@@ -282,6 +282,7 @@ def counts(res):
 def report(args, suites, skipped):
     regressions = 0
     compared = set()
+    void = []
     for suite in suites:
         if suite in skipped:
             print("\n== %s: skipped: %s" % (suite, skipped[suite]))
@@ -321,6 +322,10 @@ def report(args, suites, skipped):
         plain = runs["plain"]
         if plain is None:
             continue
+        if not plain["tests"]:
+            print("   plain: no test outcomes: nothing to compare with")
+            void.append(suite)
+            continue
         for c in ("pool", "region"):
             r = runs[c]
             if r is None:
@@ -347,13 +352,15 @@ def report(args, suites, skipped):
     ran = ", ".join(s for s in suites if s in compared) or "none"
     left = [s for s in suites if s not in compared]
     scope = "(compared: %s%s)" % (ran, "; not compared: " + ", ".join(left) if left else "")
-    if regressions:
+    if void:
+        say("the plain run of %s gave no outcomes %s" % (", ".join(void), scope))
+    elif regressions:
         say("%d tests pass plain and fail with fmem %s" % (regressions, scope))
     elif not compared:
         say("no fmem run to compare %s" % scope)
     else:
         say("every fmem run passed everything the plain run passed %s" % scope)
-    return 1 if regressions else 0
+    return 1 if regressions or void else 0
 
 
 def main():
