@@ -479,3 +479,40 @@ Test(fork, small_objects_hold_no_free_list_links)
     }
     fmem_heap_destroy(h);
 }
+
+/* ---- a fork as soon as a region's threads exist ------------------------------ */
+
+/* A region's fault handler and writer tell the fork gate they are library
+ * threads when they start. A fork prepared before they did waited for them
+ * to park while holding the lock they needed to register: the forker and
+ * the handler waited for each other for good (seen in a multiprocessing
+ * child that forked again right after its region's threads restarted).
+ * Fork at once after fmem_region_create, and again at once in the child,
+ * whose region has just restarted its threads. A hang is killed by the
+ * alarm (the child) or Criterion's timeout (the parent). */
+Test(fork, fork_at_once_after_the_region_threads_start, .timeout = 90)
+{
+    int children_ok = 1;
+    for (int k = 0; k < 100 && children_ok; k++) {
+        fmem_region *r = make_region(4 << 20, 1 << 20);
+        unsigned char *mem = fmem_region_base(r);
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(30);
+            pid_t gc = fork();
+            if (gc == 0) {
+                mem[k] = 1;
+                _exit(mem[k] == 1 && fmem_region_destroy(r) == 0 ? 0 : 1);
+            }
+            int st;
+            int ok = waitpid(gc, &st, 0) == gc && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+            mem[k] = 2;
+            _exit(ok && mem[k] == 2 && fmem_region_destroy(r) == 0 ? 0 : 1);
+        }
+        int st;
+        children_ok = waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        cr_assert(children_ok, "round %d: the child ended with status %#x", k, st);
+        cr_assert_eq(fmem_region_destroy(r), 0);
+    }
+    cr_assert_eq(pool_used(), pool_start);
+}

@@ -109,9 +109,26 @@ static int init_mapping(struct fmem_region *r)
     return rc == 0 ? 0 : rc == -ENOTSUP ? FMEM_ENOTSUP : FMEM_EIO;
 }
 
-/* Our threads take no signals: the program's handlers run elsewhere. */
+/* Called by each region thread first: exempt from the fork gate, then
+ * counted, so that region_start_threads can wait for both. */
+void region_thread_exempt(struct fmem_region *r)
+{
+    fork_gate_exempt();
+    pthread_mutex_lock(&r->lock);
+    r->threads_exempt++;
+    pthread_cond_broadcast(&r->done_cv);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Our threads take no signals: the program's handlers run elsewhere.
+ * Returns once both threads are exempt from the fork gate. A fork prepared
+ * before that would close the gate holding the lock they register under
+ * and then wait for them to park: neither side would move. The callers
+ * hold the watch lock (creation, or the child's handler), which keeps any
+ * fork out until then. */
 int region_start_threads(struct fmem_region *r)
 {
+    r->threads_exempt = 0;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -127,6 +144,12 @@ int region_start_threads(struct fmem_region *r)
         }
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) {
+        pthread_mutex_lock(&r->lock);
+        while (r->threads_exempt < 2)
+            pthread_cond_wait(&r->done_cv, &r->lock);
+        pthread_mutex_unlock(&r->lock);
+    }
     r->running = rc == 0;
     return rc ? FMEM_ENOMEM : 0;
 }

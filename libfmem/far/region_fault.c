@@ -365,7 +365,7 @@ void *region_handler_main(void *arg)
 {
     struct fmem_region *r = arg;
     int retry = 0, nospace = 0;
-    fork_gate_exempt();
+    region_thread_exempt(r);
     for (;;) {
         pthread_mutex_lock(&r->lock);
         if (r->fork_park_handler)

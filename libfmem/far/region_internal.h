@@ -121,6 +121,7 @@ struct fmem_region {
     int writer_parked, handler_parked;
     pthread_cond_t park_cv; /* the parked handler waits here */
     int running;            /* the two threads run (0: a child lost them) */
+    int threads_exempt;     /* how many of them told the fork gate so */
 
     /* handler-private */
     char *buf;               /* fetch buffer, prefetch window or one unit */
@@ -170,6 +171,7 @@ void remote_free_all(struct fmem_region *r);
 /* region.c */
 int region_init_sync(struct fmem_region *r);
 int region_start_threads(struct fmem_region *r);
+void region_thread_exempt(struct fmem_region *r); /* first call of both threads */
 /* region_fork.c */
 void region_fork_watch(struct fmem_region *r); /* watch lock held */
 /* Park the calling region thread while a fork is being prepared (lock

@@ -258,7 +258,7 @@ void *region_writer_main(void *arg)
 {
     struct fmem_region *r = arg;
     atomic_store(&r->writer_tid, (pid_t)syscall(SYS_gettid));
-    fork_gate_exempt();
+    region_thread_exempt(r);
     pthread_mutex_lock(&r->lock);
     while (!r->stop_writer) {
         if (r->fork_park)
