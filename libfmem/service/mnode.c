@@ -633,7 +633,10 @@ static int open_pool(struct mnode *m)
                    "write it", m->cfg->pool_uri);
         else if (rc == FMEM_EIO)
             say(m, "%s: %s (%s)", m->cfg->pool_uri, fmem_strerror(rc),
-                e == ELOOP ? "a pool file is a symbolic link" : strerror(e));
+                e == ELOOP    ? "a pool file is a symbolic link"
+                : e == EEXIST ? "a link or another user's file is where the new pool's data "
+                                "file goes"
+                              : strerror(e));
         else
             say(m, "%s: %s", m->cfg->pool_uri, fmem_strerror(rc));
         return rc;
