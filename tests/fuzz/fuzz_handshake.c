@@ -6,7 +6,7 @@
  *   byte 0        bit 0: talk to fmemd (0) or to the memory node (1)
  *   then records  [op][len][len bytes]
  *     op % 4 == 0   send the bytes as one datagram
- *     op % 4 == 1   wait up to 20 ms for a reply (a welcome's ring is kept)
+ *     op % 4 == 1   wait up to 5 ms for a reply (a welcome's ring is kept)
  *     op % 4 == 2   a request on the ring (struct ring_req), waited for
  *     op % 4 == 3   raw bytes written into the ring at an offset (the
  *                   first two bytes), then a posted bit and the bell: what
@@ -129,7 +129,7 @@ static void receive(struct session *s)
     static uint8_t buf[MSG_MAX_BYTES];
     int fds[SVC_MAX_FDS];
     unsigned nfds = 0;
-    ssize_t n = sock_recv_timeout(s->sock, buf, sizeof buf, fds, SVC_MAX_FDS, &nfds, 20);
+    ssize_t n = sock_recv_timeout(s->sock, buf, sizeof buf, fds, SVC_MAX_FDS, &nfds, 5);
     struct msg m;
     if (n > 0 && nfds > 0 && !s->ring && msg_decode(buf, (size_t)n, &m) == 0 &&
         m.type == MSG_APP_WELCOME)
