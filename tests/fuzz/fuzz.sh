@@ -51,6 +51,14 @@ if ! command -v "$clang" >/dev/null 2>&1; then
     exit 77
 fi
 mkdir -p "$obj"
+# can this clang build a libFuzzer target at all?
+probe=$out/build/probe
+if [ ! -x "$probe" ] &&
+    ! printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' |
+        "$clang" -x c -fsanitize=fuzzer,address - -o "$probe" >/dev/null 2>&1; then
+    echo "SKIP: $clang cannot build a libFuzzer target (install libclang-rt-14-dev)"
+    exit 77
+fi
 FLAGS="-g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -std=c11 -D_GNU_SOURCE"
 CPP="-I$srcdir/libfmem/include -I$srcdir/libfmem"
 
@@ -75,17 +83,16 @@ if [ -n "$stale" ]; then
         xargs -P 2 -I{} sh -c 'o='"$obj"'/$(echo "{}" | tr / _ | sed "s/\.c$/.o/");
             '"$clang $FLAGS -fsanitize=fuzzer-no-link $CPP"' -c "'"$srcdir"'/{}" -o "$o" 2>>"'"$log"'" ||
             { rm -f "$o"; exit 1; }' ||
-        { echo "SKIP: $clang cannot build the target (is clang's fuzzer runtime installed?)";
-          tail -n 20 "$log"; exit 77; }
+        { echo "fuzz.sh: the $target target does not compile:"; tail -n 20 "$log"; exit 1; }
 fi
 relink=""
 [ -f "$bin" ] || relink=1
 for o in $objs; do [ "$o" -nt "$bin" ] && relink=1; done
 if [ -n "$relink" ] &&
     ! $clang $FLAGS -fsanitize=fuzzer $objs -lpthread -o "$bin" 2>>"$log"; then
-    echo "SKIP: $clang cannot link a libFuzzer target (is libclang-rt-14-dev installed?)"
+    echo "fuzz.sh: the $target target does not link:"
     tail -n 20 "$log"
-    exit 77
+    exit 1
 fi
 flock -u 9
 

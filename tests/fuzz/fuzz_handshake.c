@@ -6,7 +6,8 @@
  *   byte 0        bit 0: talk to fmemd (0) or to the memory node (1)
  *   then records  [op][len][len bytes]
  *     op % 4 == 0   send the bytes as one datagram
- *     op % 4 == 1   wait up to 5 ms for a reply (a welcome's ring is kept)
+ *     op % 4 == 1   take a reply, waiting up to 2 ms if a datagram is not
+ *                   answered yet (a welcome's ring is kept)
  *     op % 4 == 2   a request on the ring (struct ring_req), waited for
  *     op % 4 == 3   raw bytes written into the ring at an offset (the
  *                   first two bytes), then a posted bit and the bell: what
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include "fmem.h"
+#include "pool_internal.h"
 #include "service/daemon.h"
 #include "service/mnode.h"
 #include "service/proto.h"
@@ -77,6 +79,33 @@ static void cleanup(void)
     rmdir(dir);
 }
 
+/* A service the input registers holds a user slot in this process's name
+ * for good (no fence may kill us, and a live pid is never recovered): the
+ * pool's 256 slots would soon be gone. So slots of our pid other than the
+ * daemons' own are given back after each memory-node session, through a
+ * handle of our own on the pool. */
+static fmem_pool *watch;
+static bool legit[MAX_UID + 1];
+
+static void note_legit_slots(void)
+{
+    char uri[160];
+    snprintf(uri, sizeof uri, "file:%s/pool?create=0", dir);
+    if (fmem_open(uri, &watch))
+        exit(1);
+    struct node *n = watch->nodes[0];
+    for (unsigned u = 1; u < n->g.nusers; u++)
+        legit[u] = node_uid_pid(n, u) == (uint32_t)getpid();
+}
+
+static void free_fake_slots(void)
+{
+    struct node *n = watch->nodes[0];
+    for (unsigned u = 1; u < n->g.nusers; u++)
+        if (!legit[u] && node_uid_pid(n, u) == (uint32_t)getpid())
+            node_clear_uid(n, u);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -86,7 +115,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(dir, sizeof dir, "/dev/shm/fmem-fuzz-hs-XXXXXX");
     if (!mkdtemp(dir))
         exit(1);
-    snprintf(pool_uri, sizeof pool_uri, "file:%s/pool?size=1G", dir);
+    snprintf(pool_uri, sizeof pool_uri, "file:%s/pool?size=64M", dir);
     snprintf(mnode_sock, sizeof mnode_sock, "%s/mnode.sock", dir);
     snprintf(fmemd_sock, sizeof fmemd_sock, "%s/fmemd.sock", dir);
     atexit(cleanup);
@@ -109,6 +138,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (pthread_create(&t, NULL, run_fmemd, NULL))
         exit(1);
     wait_socket(fmemd_sock);
+    note_legit_slots();
     return 0;
 }
 
@@ -116,6 +146,7 @@ struct session {
     int sock;
     struct ring_hdr *ring;
     bool poked; /* the ring was scribbled on: our own calls may never end */
+    unsigned sent; /* datagrams not yet answered (a reply is waited for) */
 };
 
 static bool alive(void *ctx)
@@ -129,7 +160,10 @@ static void receive(struct session *s)
     static uint8_t buf[MSG_MAX_BYTES];
     int fds[SVC_MAX_FDS];
     unsigned nfds = 0;
-    ssize_t n = sock_recv_timeout(s->sock, buf, sizeof buf, fds, SVC_MAX_FDS, &nfds, 5);
+    ssize_t n = sock_recv_timeout(s->sock, buf, sizeof buf, fds, SVC_MAX_FDS, &nfds,
+                                  s->sent ? 2 : 0);
+    if (n > 0 && s->sent)
+        s->sent--;
     struct msg m;
     if (n > 0 && nfds > 0 && !s->ring && msg_decode(buf, (size_t)n, &m) == 0 &&
         m.type == MSG_APP_WELCOME)
@@ -180,7 +214,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         i += len;
         switch (op) {
         case 0:
-            send(s.sock, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (send(s.sock, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0)
+                s.sent++;
             break;
         case 1:
             receive(&s);
@@ -193,6 +228,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
     }
+    if (data[0] & 1)
+        free_fake_slots();
     if (s.ring)
         ring_unmap(s.ring);
     close(s.sock);
