@@ -96,12 +96,16 @@ if [ -n "$relink" ] &&
 fi
 flock -u 9
 
+# the targets' pool files and sockets go here, removed even after a crash
+FMEM_FUZZ_DIR=$(mktemp -d /dev/shm/fmem-fuzz-XXXXXX) || exit 1
+export FMEM_FUZZ_DIR
 if [ -n "${FUZZ_CORPUS:-}" ]; then
     corpus=$FUZZ_CORPUS
     mkdir -p "$corpus"
+    trap 'rm -rf "$FMEM_FUZZ_DIR"' EXIT
 else
     corpus=$(mktemp -d)
-    trap 'rm -rf "$corpus"' EXIT
+    trap 'rm -rf "$corpus" "$FMEM_FUZZ_DIR"' EXIT
 fi
 [ -d "$seeds" ] || seeds=""
 echo "fuzzing $target for $secs s (corpus $corpus${seeds:+, seeds $seeds})"

@@ -36,7 +36,7 @@
 #include "service/ring.h"
 #include "service/sock.h"
 
-static char dir[64], pool_uri[128], mnode_sock[96], fmemd_sock[96];
+static char dir[80], pool_uri[128], mnode_sock[100], fmemd_sock[100];
 static _Atomic int stop;
 static struct mnode_config mc;
 static struct fmemd_config fc;
@@ -112,7 +112,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     signal(SIGPIPE, SIG_IGN);
-    snprintf(dir, sizeof dir, "/dev/shm/fmem-fuzz-hs-XXXXXX");
+    /* fuzz.sh gives a directory it removes even after a crash */
+    const char *d = getenv("FMEM_FUZZ_DIR");
+    snprintf(dir, sizeof dir, "%s/fmem-fuzz-hs-XXXXXX", d && *d ? d : "/dev/shm");
     if (!mkdtemp(dir))
         exit(1);
     snprintf(pool_uri, sizeof pool_uri, "file:%s/pool?size=64M", dir);

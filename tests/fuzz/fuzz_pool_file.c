@@ -29,7 +29,10 @@ static void remove_pool(void)
  * whose process is gone (its slot still names it), a few freed ones. */
 static void make_pool(void)
 {
-    snprintf(meta_path, sizeof meta_path, "/dev/shm/fmem-fuzz-pool-%d", (int)getpid());
+    /* fuzz.sh gives a directory it removes even after a crash */
+    const char *d = getenv("FMEM_FUZZ_DIR");
+    snprintf(meta_path, sizeof meta_path, "%s/fmem-fuzz-pool-%d", d && *d ? d : "/dev/shm",
+             (int)getpid());
     snprintf(uri_make, sizeof uri_make, "file:%s?size=8M", meta_path);
     snprintf(uri_open, sizeof uri_open, "file:%s?create=0", meta_path);
     remove_pool();
