@@ -168,8 +168,8 @@ static double regen_rate(uint64_t *keys)
         return 0;
     struct node *n = p->nodes[0];
     uint64_t *caps = (uint64_t *)((char *)n->tp->base + n->g.cap_off);
-    for (uint64_t c = 0; c < n->g.nchunks; c++)
-        caps[c] &= 0xFFFFFFFFu;
+    for (uint64_t c = 0; c < n->g.nchunks; c++) /* a main key, no backup */
+        caps[c] = (caps[c] & 0xFFFFFFFFu) ? (caps[c] & 0xFFFFFFFFu) : (uint32_t)(c + 1);
     struct regen_stats st = {0};
     uint64_t t0 = ring_now_ns();
     *keys = regen_pass(n, &st);

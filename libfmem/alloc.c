@@ -23,6 +23,22 @@ static unsigned layer_of(unsigned log2c)
     return log2c <= 4 ? LAYER_CHUNK : log2c <= 9 ? LAYER_SPAN : LAYER_SECTION;
 }
 
+/* A pool is formatted without keys (node.c): a capability entry whose
+ * main key is 0 has none yet, and the first allocation of a block there
+ * gives it a pair. Nobody else writes the entry of a block just allocated
+ * but the regenerator, which leaves entries without a main key alone. */
+static int give_key(struct node *n, uint64_t off, uint64_t *cap)
+{
+    while (cap_main(*cap) == 0) {
+        uint64_t next = cap_make(node_new_key(n), n->remote_regen ? 0 : node_new_key(n)), old;
+        int r = tp_cas(n->tp, off, *cap, next, &old);
+        if (r < 0)
+            return r;
+        *cap = r == 1 ? next : old;
+    }
+    return 0;
+}
+
 int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
 {
     unsigned fails = 0;
@@ -47,6 +63,8 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
         cap = kr.key;
     else if (tp_read(n->tp, key_off(n, *chunk, log2c), &cap, 8) < 0)
         return FMEM_EIO;
+    if (!n->tp->wkeys_off && (rc = give_key(n, key_off(n, *chunk, log2c), &cap)) != 0)
+        return rc;
     *rkey = cap_main(cap);
     return 0;
 }
@@ -57,7 +75,8 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
 static int judge(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t cap,
                  uint64_t e)
 {
-    if (cap_main(cap) != rkey) {
+    /* on shm a main key of 0 is "no key yet", never a key */
+    if (cap_main(cap) != rkey || (rkey == 0 && !n->tp->wkeys_off)) {
         /* window keys are per block size: a right key with a wrong size
          * lands on another entry; name that a bad handle, as on shm */
         uint64_t real;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fmem.h"
+#include "pool_files.h"
 #include "pool_internal.h"
 #include "protocol.h"
 #include "uri.h"
@@ -43,8 +44,8 @@ static uint64_t file_align(const struct node_uri *u)
     return statfs(dir, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC ? (2u << 20) : 4096;
 }
 
-static int open_transport(const struct node_uri *u, uint64_t size, struct transport **tp,
-                          int *created)
+static int open_transport(const struct node_uri *u, uint64_t size,
+                          const struct embedded_opts *o, struct transport **tp, int *created)
 {
     if (u->kind == URI_RDMA) {
 #ifdef HAVE_RDMA
@@ -67,23 +68,28 @@ static int open_transport(const struct node_uri *u, uint64_t size, struct transp
         .create = u->create,
         .rtt_ns = u->rtt_ns,
         .rtt_mode = u->rtt_mode,
+        .check_owner = o && o->own_files,
+        .owner = geteuid(),
     };
     if (size)
         sizes_for(size, file_align(u), &sp.meta_size, &sp.data_size);
     return shm_transport_open(&sp, tp, created);
 }
 
-static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size)
+static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size,
+                     const struct embedded_opts *o)
 {
     struct transport *tp;
     int created = 0;
-    int rc = open_transport(u, size, &tp, &created);
+    int rc = open_transport(u, size, o, &tp, &created);
     if (rc)
         return rc;
     struct node *n;
     rc = node_open(tp, created, u->user, &n);
     if (rc) {
         tp_close(tp);
+        if (created && (u->kind == URI_SHM || u->kind == URI_FILE))
+            pool_files_unlink(u->path); /* leave no half-made pool */
         return rc;
     }
     n->index = p->nnodes;
@@ -118,6 +124,11 @@ static const struct pool_ops embedded_ops = {
 
 int embedded_open(const char *uri, fmem_pool **out)
 {
+    return embedded_open_opts(uri, NULL, out);
+}
+
+int embedded_open_opts(const char *uri, const struct embedded_opts *o, fmem_pool **out)
+{
     struct node_uri *us = calloc(URI_MAX_NODES, sizeof *us);
     struct fmem_pool *p = calloc(1, sizeof *p);
     if (!us || !p) {
@@ -133,7 +144,7 @@ int embedded_open(const char *uri, fmem_pool **out)
     for (int i = 0; i < n && rc == 0; i++) {
         const struct node_uri *u = &us[i];
         uint64_t size = u->size ? u->size : (u->kind == URI_MEM ? FMEM_DEFAULT_SIZE : 0);
-        if (size > (UINT64_C(1) << 46)) { /* 64 TiB: beyond any sane node */
+        if (size > LAYOUT_MAX_SECTIONS * FMEM_SECTION_SIZE) { /* no pool file holds it */
             rc = FMEM_ESIZE;
             break;
         }
@@ -142,7 +153,7 @@ int embedded_open(const char *uri, fmem_pool **out)
                 rc = FMEM_EURI;
                 break;
             }
-            rc = open_node(p, u, size);
+            rc = open_node(p, u, size, o);
         }
     }
 out:

@@ -71,7 +71,7 @@ int layout_check_hdr(const struct pool_hdr *h, uint64_t file_size, struct geomet
     if (memcmp(h->magic, POOL_MAGIC, 8) != 0 || h->version != POOL_VERSION ||
         h->hdr_size != POOL_HDR_SIZE || h->checksum != hdr_checksum(h))
         return FMEM_ECORRUPT;
-    if (h->nsections == 0 || h->nsections > (UINT64_C(1) << 24))
+    if (h->nsections == 0 || h->nsections > LAYOUT_MAX_SECTIONS)
         return FMEM_ECORRUPT;
     /* recompute the geometry; the header must agree with it exactly */
     uint64_t align = h->data_off % (2u << 20) == 0 ? (2u << 20) : 4096;

@@ -165,6 +165,10 @@ struct geometry {
     uint64_t total_size, data_size, metadata_bytes;
 };
 
+/* The most sections a pool header may name (32 TiB of data): pools are
+ * created no larger, and a header asking more is corrupt. */
+#define LAYOUT_MAX_SECTIONS (UINT64_C(1) << 24)
+
 void layout_geometry(uint64_t nsections, uint64_t align, struct geometry *g);
 void layout_write_hdr(struct pool_hdr *h, const struct geometry *g);
 /* 0 if `h` describes a valid pool of `file_size` bytes, else FMEM_ECORRUPT. */

@@ -60,6 +60,8 @@ static inline uint64_t data_off(const struct node *n, uint64_t c) { return n->g.
 #define NODE_PID_REMOTE 0x80000000u
 
 /* node.c */
+/* Attach to the pool behind tp; created: tp's files were just made (they
+ * read as zeros) and are formatted here. */
 int node_open(struct transport *tp, bool created, unsigned uid, struct node **out);
 void node_close(struct node *n);
 /* Free user slot `uid` (after its recovery). */

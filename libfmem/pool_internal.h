@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "fmem.h"
 #include "fork.h"
@@ -72,6 +73,13 @@ bool pool_fork_collides(fmem_pool *p, const fmem_handle *h);
 int pool_fork_identity(fmem_pool *p);
 
 int embedded_open(const char *uri, fmem_pool **out);
+/* What an embedded open can be asked beyond fmem_open(). */
+struct embedded_opts {
+    /* a daemon's pool: refuse pool files another user owns or that group
+     * or others may write (pool_files.h) */
+    bool own_files;
+};
+int embedded_open_opts(const char *uri, const struct embedded_opts *o, fmem_pool **out);
 /* Benchmarks only: write no redo-log entries at all on any node (the
  * baseline that measures what logging costs). Handles are then checked by
  * key alone. */

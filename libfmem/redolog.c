@@ -25,7 +25,9 @@ struct tlog {
 static bool span_log_alloc(uint64_t h)
 {
     unsigned sz = h_size(h);
-    if (sz == SPAN_LOG_CLAIM || h_uid(h) == 0 || h_detached(h))
+    /* chunk blocks are 1..16 chunks; 7 is a claim record, 5 and 6 are
+     * never written (a corrupt header may hold them) */
+    if (sz > 4 || h_uid(h) == 0 || h_detached(h))
         return false;
     uint32_t bits = (uint32_t)(((UINT64_C(1) << (1u << sz)) - 1) << h_off(h));
     return (h_lo(h) & bits) == bits;
@@ -42,6 +44,18 @@ static bool sec_log_alloc(uint64_t h)
         return false;
     uint32_t m = sec_states_mask(h_off(h), 1u << sz);
     return (h_lo(h) & m) == m; /* every span of the block in state 11 */
+}
+
+/* A log names a block by its first chunk and size: it must be a block of
+ * this pool, aligned to its size. A corrupt header can say anything, and
+ * its flush must not write outside the log (into the data behind it). */
+static bool tlog_in_pool(const struct node *n, const struct tlog *t)
+{
+    if (t->log2_chunks > 40)
+        return false;
+    uint64_t len = UINT64_C(1) << t->log2_chunks;
+    return t->chunk < n->g.nchunks && len <= n->g.nchunks - t->chunk &&
+           (t->chunk & (len - 1)) == 0 && t->span < n->g.nspans;
 }
 
 static struct tlog span_tlog(uint64_t s, uint64_t h)
@@ -154,7 +168,7 @@ void log_flush_span(struct node *n, uint64_t s, uint64_t h)
     if (atomic_load_explicit(&n->span_flushed[s], memory_order_relaxed) == h)
         return;
     struct tlog t = span_tlog(s, h);
-    if (t.valid)
+    if (t.valid && tlog_in_pool(n, &t))
         flush(n, &t, span_hdr_off(n, s), h, false);
     atomic_store_explicit(&n->span_flushed[s], h, memory_order_relaxed);
 }
@@ -166,7 +180,7 @@ void log_flush_section(struct node *n, uint64_t x, uint64_t h)
     if (atomic_load_explicit(&n->sec_flushed[x], memory_order_relaxed) == h)
         return;
     struct tlog t = sec_tlog(x, h);
-    if (t.valid)
+    if (t.valid && tlog_in_pool(n, &t))
         flush(n, &t, sec_hdr_off(n, x), h, false);
     atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }
@@ -180,7 +194,7 @@ void log_commit_span(struct node *n, uint64_t s, uint64_t h)
     if (n->log_none)
         return;
     struct tlog t = span_tlog(s, h);
-    if (t.valid)
+    if (t.valid && tlog_in_pool(n, &t))
         flush(n, &t, span_hdr_off(n, s), h, true);
     atomic_store_explicit(&n->span_flushed[s], h, memory_order_relaxed);
 }
@@ -190,7 +204,7 @@ void log_commit_section(struct node *n, uint64_t x, uint64_t h)
     if (n->log_none)
         return;
     struct tlog t = sec_tlog(x, h);
-    if (t.valid)
+    if (t.valid && tlog_in_pool(n, &t))
         flush(n, &t, sec_hdr_off(n, x), h, true);
     atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 enum tp_kind { TP_READ, TP_WRITE, TP_CAS };
 
@@ -121,8 +122,12 @@ struct shm_params {
     uint64_t rtt_ns;
     enum tp_rtt_mode rtt_mode;
     bool from_fds;      /* map these open files instead (the transport takes */
-    int meta_fd;        /*  ownership of them) */
+    int meta_fd;        /*  ownership of them when it opens; on failure the */
+                        /*  caller keeps them) */
     int data_fd;
+    bool check_owner;   /* a daemon's pool: the files must belong to `owner` */
+    uid_t owner;        /*  (or to this process's user) and no one else may
+                         *  write them (pool_files.h) */
 };
 /* Open or create the backing files and map them. *created tells which. */
 int shm_transport_open(const struct shm_params *p, struct transport **out, int *created);

@@ -7,9 +7,6 @@
  * (rtt_mode=nic, transport_nic.c: the caller sleeps, the emulator runs the
  * operations half a round trip after posting). */
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +15,7 @@
 #include <unistd.h>
 
 #include "fmem.h"
+#include "pool_files.h"
 #include "transport.h"
 
 struct shm_transport {
@@ -132,49 +130,6 @@ static uint64_t file_size(int fd)
     return fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
-static uint64_t file_size(int fd);
-
-/* Open (or create) the two files of a named pool. */
-static int open_files(const struct shm_params *p, int *meta_fd, int *data_fd, int *made)
-{
-    char data_path[PATH_MAX];
-    if (snprintf(data_path, sizeof data_path, "%s.data", p->path) >= (int)sizeof data_path)
-        return FMEM_EINVAL;
-    *made = 0;
-    int mfd = open(p->path, O_RDWR | O_CLOEXEC);
-    if (mfd < 0 && errno == ENOENT && p->create && p->meta_size) {
-        mfd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (mfd >= 0)
-            *made = 1;
-        else if (errno == EEXIST) /* lost a race with another creator */
-            mfd = open(p->path, O_RDWR | O_CLOEXEC);
-    }
-    if (mfd < 0)
-        return FMEM_EIO;
-    int dfd;
-    if (*made) {
-        dfd = open(data_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    } else {
-        /* the creator makes the data file right after the (still empty)
-         * metadata file; a sized metadata file without one is no pool */
-        for (int i = 0; (dfd = open(data_path, O_RDWR | O_CLOEXEC)) < 0 && errno == ENOENT &&
-                        file_size(mfd) == 0 && i < 200;
-             i++)
-            usleep(10000);
-    }
-    if (dfd < 0) {
-        int e = errno;
-        if (*made)
-            unlink(p->path);
-        close(mfd);
-        errno = e;
-        return e == ENOENT ? FMEM_ECORRUPT : FMEM_EIO;
-    }
-    *meta_fd = mfd;
-    *data_fd = dfd;
-    return 0;
-}
-
 /* Map metadata and data back to back, the data 2 MiB aligned. Without
  * files (mem:) both are private anonymous memory: the pool belongs to this
  * process alone, and a fork() child gets a copy-on-write snapshot of all
@@ -242,20 +197,21 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
     if (p->from_fds) {
         s->meta_fd = p->meta_fd;
         s->data_fd = p->data_fd;
+        if ((rc = pool_files_check(s->meta_fd, p->check_owner, p->owner)) == 0)
+            rc = pool_files_check(s->data_fd, p->check_owner, p->owner);
     } else if (!p->path) {
         made = 1; /* private memory, no files */
     } else {
-        rc = open_files(p, &s->meta_fd, &s->data_fd, &made);
+        rc = pool_files_open(p, &s->meta_fd, &s->data_fd, &made);
     }
     uint64_t meta = 0, data = 0;
     if (rc == 0 && made) {
+        /* pool_files_open() sized and reserved a named pool's files; a
+         * private pool is anonymous memory (only what is used costs) */
         meta = p->meta_size;
         data = p->data_size;
         if (!meta || !data)
             rc = FMEM_EINVAL;
-        else if (p->path && (ftruncate(s->meta_fd, (off_t)meta) < 0 ||
-                             ftruncate(s->data_fd, (off_t)data) < 0))
-            rc = FMEM_EIO;
     } else if (rc == 0) {
         /* a creator may not have sized the files yet */
         for (int i = 0; i < 200; i++) {
@@ -276,12 +232,10 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
         rc = nic_acquire(&s->nic);
     if (rc) {
         int e = errno;
-        if (made && p->path) {
-            char data_path[PATH_MAX];
-            unlink(p->path);
-            snprintf(data_path, sizeof data_path, "%s.data", p->path);
-            unlink(data_path);
-        }
+        if (made && p->path) /* e.g. no huge pages to back the mapping */
+            pool_files_unlink(p->path);
+        if (p->from_fds) /* still the caller's */
+            s->meta_fd = s->data_fd = -1;
         shm_close(&s->t);
         errno = e;
         return rc;

@@ -174,6 +174,9 @@ void *fp_block_alloc(size_t size, size_t align, int zero)
     fp_in_pool = 1;
     int saved = errno;
     void *p = NULL;
+    /* normally done by the constructor; a large request made by another
+     * library's constructor may come first */
+    fp_fork_register();
     fp_lock_shared();
     struct fp_arena *a = current_arena();
     if (a)

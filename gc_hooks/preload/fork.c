@@ -57,4 +57,15 @@ static void child(void)
     fp_lock_reinit();
 }
 
-void fp_fork_register(void) { pthread_atfork(prepare, parent, child); }
+/* The handlers must be in place before any thread can take the block lock
+ * or the open lock: a fork during the first pool open would otherwise give
+ * the child both locks held by a thread it does not have, and its first
+ * large request would wait for ever. The library's constructor registers
+ * them before the program has threads; fp_block_alloc() calls this again
+ * in case another library's constructor makes a large request first. */
+void fp_fork_register(void)
+{
+    static _Atomic int registered;
+    if (!atomic_exchange(&registered, 1))
+        pthread_atfork(prepare, parent, child);
+}

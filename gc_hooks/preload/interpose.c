@@ -185,4 +185,5 @@ __attribute__((constructor)) static void preload_init(void)
 {
     fp_real_init();
     fp_config_init();
+    fp_fork_register();
 }

@@ -76,6 +76,8 @@ size_t fp_block_size(const void *p);
 
 /* ---- fork.c ------------------------------------------------------------- */
 
+/* Install the fork handlers (idempotent): by the library's constructor,
+ * before any lock of the interposer is taken. */
 void fp_fork_register(void);
 
 /* shared between blocks.c and fork.c */

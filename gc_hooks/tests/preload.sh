@@ -52,6 +52,13 @@ else
     bad "preload_check"; cat "$tmp/check.out"
 fi
 
+# fork from one thread while another opens the pool: no child hangs
+if LD_PRELOAD=$lib "$tests/preload_fork_open" 40 >"$tmp/forkopen.out" 2>&1; then
+    ok "$(tail -n 1 "$tmp/forkopen.out")"
+else
+    bad "preload_fork_open"; cat "$tmp/forkopen.out"
+fi
+
 # inputs: 3 MB of numbers in a fixed pseudo-random order (kept small: the
 # whole script runs each program twice)
 awk 'BEGIN { srand(42); for (i = 0; i < 300000; i++) printf "%d\n", int(rand() * 1e9) }' >"$tmp/numbers"

@@ -96,13 +96,25 @@ static int register_node(struct fmemd *d, unsigned i, bool resume)
             return FMEM_EBUSY;
         }
     } else {
-        struct shm_params sp = {.from_fds = true, .meta_fd = fds[0], .data_fd = fds[1]};
+        /* the files must be the memory node's (or ours), writable by no
+         * one else: see pool_files.h */
+        pid_t peer_pid;
+        uid_t mnode_uid = geteuid();
+        gid_t peer_gid;
+        sock_peer(fd, &peer_pid, &mnode_uid, &peer_gid);
+        struct shm_params sp = {.from_fds = true, .meta_fd = fds[0], .data_fd = fds[1],
+                                .check_owner = true, .owner = mnode_uid};
         struct transport *tp;
         rc = shm_transport_open(&sp, &tp, NULL);
         if (rc) {
+            int e = errno;
+            if (rc == FMEM_EIO && e == EPERM)
+                dsay(d, "memory node %s: refused its pool files: they belong to another user "
+                        "or group or others may write them", dn->path);
             close(fds[0]);
             close(fds[1]);
             close(fd);
+            errno = e;
             return rc;
         }
         struct node *nd;
@@ -135,7 +147,7 @@ int nodes_connect_all(struct fmemd *d)
         int rc;
         bool rdma = !strncmp(d->nodes[i].path, "rdma://", 7);
         while ((rc = rdma ? open_rdma_node(d, i) : register_node(d, i, false)) == FMEM_EIO &&
-               ring_now_ns() < deadline && !atomic_load(d->cfg->stop))
+               errno != EPERM && ring_now_ns() < deadline && !atomic_load(d->cfg->stop))
             usleep(50000);
         if (rc) {
             dsay(d, "memory node %s: %s", d->nodes[i].path,

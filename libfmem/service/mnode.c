@@ -706,9 +706,23 @@ static void stop_rdma(struct mnode *m)
 
 static int open_pool(struct mnode *m)
 {
-    int rc = fmem_open(m->cfg->pool_uri, &m->pool);
+    /* whoever may write the pool's files can read and rewrite every block:
+     * only files of our own user, writable by no one else, are served */
+    struct embedded_opts o = {.own_files = true};
+    int rc = embedded_open_opts(m->cfg->pool_uri, &o, &m->pool);
     if (rc) {
-        say(m, "%s: %s", m->cfg->pool_uri, fmem_strerror(rc));
+        int e = errno;
+        if (rc == FMEM_EIO && e == EPERM)
+            say(m, "%s: refused: a pool file belongs to another user or group or others may "
+                   "write it", m->cfg->pool_uri);
+        else if (rc == FMEM_EIO)
+            say(m, "%s: %s (%s)", m->cfg->pool_uri, fmem_strerror(rc),
+                e == ELOOP    ? "a pool file is a symbolic link"
+                : e == EEXIST ? "a link or another user's file is where the new pool's data "
+                                "file goes"
+                              : strerror(e));
+        else
+            say(m, "%s: %s", m->cfg->pool_uri, fmem_strerror(rc));
         return rc;
     }
     if (m->pool->nnodes != 1 || shm_transport_meta_fd(m->pool->nodes[0]->tp) < 0) {

@@ -142,19 +142,22 @@ void occ_scan(const struct geometry *g, const void *meta, struct occ_report *r, 
 
 int occ_map_file(const char *path, struct geometry *g, const void **meta, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* as pool_files.c: never through a link; a pipe or device is no pool
+     * (and must not block the reader) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return FMEM_EIO;
     struct stat st;
     struct pool_hdr h;
     int rc = FMEM_ECORRUPT;
-    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < sizeof h || pread(fd, &h, sizeof h, 0) != sizeof h)
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof h ||
+        pread(fd, &h, sizeof h, 0) != sizeof h)
         goto out;
     /* the header's total covers metadata + data; this file is the metadata */
     char data_path[4200];
     snprintf(data_path, sizeof data_path, "%s.data", path);
     struct stat dst;
-    if (stat(data_path, &dst) < 0)
+    if (lstat(data_path, &dst) < 0 || !S_ISREG(dst.st_mode))
         goto out;
     if (layout_check_hdr(&h, (uint64_t)st.st_size + (uint64_t)dst.st_size, g) ||
         g->data_off != (uint64_t)st.st_size)

@@ -75,18 +75,11 @@ static int wait_event(struct rdma_event_channel *ec, struct rdma_cm_id *id,
         rdma_ack_cm_event(ev);
     }
     int ok = ev->event == want, fenced = 0;
-    if (ev->event == RDMA_CM_EVENT_REJECTED) {
-        const struct verbs_reject *r = ev->param.conn.private_data;
-        fenced = r && ev->param.conn.private_data_len >= sizeof *r &&
-                 r->magic == VERBS_MAGIC && r->reason == VERBS_REFUSED_FENCED;
-    }
-    if (ok && welcome) {
-        const void *pd = ev->param.conn.private_data;
-        if (!pd || ev->param.conn.private_data_len < sizeof *welcome)
-            ok = 0;
-        else
-            memcpy(welcome, pd, sizeof *welcome);
-    }
+    if (ev->event == RDMA_CM_EVENT_REJECTED)
+        fenced = verbs_reject_fenced(ev->param.conn.private_data, ev->param.conn.private_data_len);
+    if (ok && welcome &&
+        verbs_welcome_parse(ev->param.conn.private_data, ev->param.conn.private_data_len, welcome))
+        ok = 0;
     if (!ok) {
         if (getenv("FMEM_DEBUG"))
             fprintf(stderr, "fmem: rdma: expected %s, got %s (status %d)\n", rdma_event_str(want),

@@ -4,6 +4,8 @@
 #ifndef FMEM_VERBS_PROTO_H
 #define FMEM_VERBS_PROTO_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define VERBS_MAGIC 0x464d454d56524253ull /* "FMEMVRBS" */
@@ -54,5 +56,28 @@ struct verbs_welcome {
     uint32_t wk_rkey;    /* window over it */
     uint32_t mr_rkey;    /* the region's own key: no remote access (tests) */
 };
+
+/* ---- parsing (verbs_proto.c) ---------------------------------------------- */
+
+/* Copy a connect request's private data (len bytes at pd, any alignment)
+ * into *h: 0 if it is a hello of this version with a known role, else -1. */
+int verbs_hello_parse(const void *pd, size_t len, struct verbs_hello *h);
+
+/* What the memory node does with a parsed hello, given its token and
+ * whether its windows are bound (`ready`). A fenced session is the
+ * caller's to check (under its lock). */
+enum verbs_admission {
+    VERBS_REFUSE,     /* wrong token, not ready, or a service without session */
+    VERBS_ADMIT_APP,  /* an application: a queue pair and no key */
+    VERBS_ADMIT_KEYS, /* a service or the regenerator: the metadata keys too */
+};
+enum verbs_admission verbs_hello_admit(const struct verbs_hello *h,
+                                       const uint8_t token[VERBS_TOKEN_BYTES], bool ready);
+
+/* Client: an accept's private data as a welcome (0, or -1 when it is not
+ * one: wrong magic or version, sizes that do not add up). */
+int verbs_welcome_parse(const void *pd, size_t len, struct verbs_welcome *w);
+/* Client: does a reject's private data say our session was fenced? */
+bool verbs_reject_fenced(const void *pd, size_t len);
 
 #endif

@@ -334,14 +334,6 @@ static int setup_region(struct verbs_server *s, struct ibv_context *ctx)
     return s->mr && s->meta_mr && s->wk_mr ? 0 : FMEM_EIO;
 }
 
-static int token_ok(const struct verbs_server *s, const uint8_t *t)
-{
-    unsigned diff = 0; /* constant time */
-    for (unsigned i = 0; i < VERBS_TOKEN_BYTES; i++)
-        diff |= t[i] ^ s->token[i];
-    return diff == 0;
-}
-
 /* ---- sessions and fencing ------------------------------------------------ */
 
 static bool is_fenced(const struct verbs_server *s, uint64_t session)
@@ -482,34 +474,27 @@ static void accept_checked(struct verbs_server *s, struct rdma_cm_id *id,
 static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
 {
     struct rdma_cm_id *id = ev->id;
-    const struct verbs_hello *h = ev->param.conn.private_data;
-    bool ok = h && ev->param.conn.private_data_len >= sizeof *h && h->magic == VERBS_MAGIC &&
-              h->version == VERBS_VERSION && setup_region(s, id->verbs) == 0;
-    bool keys = ok && h->role != VERBS_ROLE_APP;
-    if (ok && h->role != VERBS_ROLE_APP && h->role != VERBS_ROLE_SERVICE &&
-        h->role != VERBS_ROLE_LOCAL)
-        ok = false;
-    if (keys && !token_ok(s, h->token))
-        ok = false;
-    /* until the windows are bound only the regenerator may connect */
-    if (ok && h->role != VERBS_ROLE_LOCAL && atomic_load(&s->ready) != 1)
-        ok = false;
-    if (!ok) {
+    struct verbs_hello hello, *h = &hello; /* verbs_proto.c checks it */
+    enum verbs_admission adm = VERBS_REFUSE;
+    if (verbs_hello_parse(ev->param.conn.private_data, ev->param.conn.private_data_len, h) == 0 &&
+        setup_region(s, id->verbs) == 0)
+        adm = verbs_hello_admit(h, s->token, atomic_load(&s->ready) == 1);
+    if (adm == VERBS_REFUSE) {
         refuse(id, 0);
         return;
     }
-    /* services carry a session id; a fenced one stays out. The lock is held
-     * until the connection is on the list, so a fence cannot miss it. */
+    /* a fenced session stays out. The lock is held until the connection
+     * is on the list, so a fence cannot miss it. */
     bool service = h->role == VERBS_ROLE_SERVICE;
     if (service) {
         pthread_mutex_lock(&s->conns_mu);
-        if (h->session == 0 || is_fenced(s, h->session)) {
+        if (is_fenced(s, h->session)) {
             pthread_mutex_unlock(&s->conns_mu);
-            refuse(id, h->session ? VERBS_REFUSED_FENCED : 0);
+            refuse(id, VERBS_REFUSED_FENCED);
             return;
         }
     }
-    accept_checked(s, id, h, keys);
+    accept_checked(s, id, h, adm == VERBS_ADMIT_KEYS);
     if (service)
         pthread_mutex_unlock(&s->conns_mu);
 }
