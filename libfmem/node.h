@@ -101,6 +101,17 @@ struct key_read {
 extern _Thread_local struct key_read log_key_read;
 void log_commit_span(struct node *n, uint64_t s, uint64_t h);
 void log_commit_section(struct node *n, uint64_t x, uint64_t h);
+/* Flush unconditionally, ignoring which values this client saw flushed
+ * (the verifier: a value can recur). */
+void log_flush_span_now(struct node *n, uint64_t s, uint64_t h);
+void log_flush_section_now(struct node *n, uint64_t x, uint64_t h);
+/* Where the temporary log of span header value h (span s) belongs in the
+ * full log (*chunk) and the entry it must become (*want); false if there is
+ * nothing to flush. For a section header (section x) span_hdrs are its
+ * spans' current headers: a section log is stale once its span is attached. */
+bool log_expected_span(uint64_t s, uint64_t h, uint64_t *chunk, uint64_t *want);
+bool log_expected_section(uint64_t x, uint64_t h, const uint64_t span_hdrs[SPANS_PER_SECTION],
+                          uint64_t *chunk, uint64_t *want);
 /* Whether the temporary log in a span / section header value records an
  * allocation (else a free, a claim, or nothing). */
 bool log_span_prev_alloc(uint64_t h);

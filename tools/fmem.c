@@ -67,8 +67,21 @@ static int cmd_verify(const char *uri)
            (unsigned long long)r.alloc_without_owner, (unsigned long long)r.owner_of_free,
            (unsigned long long)r.owned_twice, (unsigned long long)r.state_mismatch,
            (unsigned long long)r.bad_entries, (unsigned long long)r.claims_in_progress);
-    printf("verifier=%s\n", r.errors ? "dirty" : "clean");
-    return r.errors ? 1 : 0;
+    if (r.leaked_blocks)
+        printf("leaked: %llu allocations, %llu bytes, of user ids that hold no user slot "
+               "(fmem recover URI UID, or fmem recover URI --leaked, takes them back)\n",
+               (unsigned long long)r.leaked_blocks, (unsigned long long)r.leaked_bytes);
+    if (r.dead_owner_blocks || r.dead_slots)
+        printf("awaiting recovery: %llu allocations, %llu bytes, of users whose process is gone "
+               "(%llu such user slots)\n",
+               (unsigned long long)r.dead_owner_blocks, (unsigned long long)r.dead_owner_bytes,
+               (unsigned long long)r.dead_slots);
+    if (r.busy_sections)
+        printf("not checked: %llu sections changed during every snapshot (the pool is very "
+               "busy); run verify again\n", (unsigned long long)r.busy_sections);
+    const char *verdict = r.errors ? "dirty" : r.busy_sections ? "incomplete" : "clean";
+    printf("verifier=%s\n", verdict);
+    return r.errors ? 1 : r.busy_sections ? 3 : 0;
 }
 
 static int cmd_recover(const char *uri, const char *uid_s)

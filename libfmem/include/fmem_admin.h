@@ -41,13 +41,32 @@ typedef struct fmem_verify_report {
     uint64_t bad_entries;         /* malformed or misaligned log entries */
     /* transient states (normal while users are active; errors at rest) */
     uint64_t claims_in_progress;  /* span moves between layers under way */
-    uint64_t errors;              /* sum of the inconsistencies */
-    uint64_t reserved[8];
+    uint64_t errors;              /* sum of the inconsistencies and leaks */
+    /* blocks nobody will free: allocated by a user id that holds no slot in
+     * the user table (counted in errors; fmem_recover of that id, or
+     * fmem_recover_leaked, takes them back). A block of several sections
+     * counts once per section, as in fmem_recovery_stats. */
+    uint64_t leaked_blocks;
+    uint64_t leaked_bytes;
+    /* not errors: blocks of users whose slot holds a process of this
+     * machine that is gone (the memory node's sweep or fmem_recover frees
+     * them), and such slots with or without blocks */
+    uint64_t dead_owner_blocks;
+    uint64_t dead_owner_bytes;
+    uint64_t dead_slots;
+    /* sections that changed during every snapshot (a very busy pool) and
+     * so were not checked: the report covers the others only */
+    uint64_t busy_sections;
+    uint64_t reserved[2];
 } fmem_verify_report;
 
-/* Check headers against the full redo log on every node. Pending temporary
- * logs are flushed first, as any client would. Details of the first
- * problems go to `detail` (may be NULL). Returns 0 (see report.errors). */
+/* Check headers against the full redo log on every node, and find leaked
+ * blocks. Safe and exact while other users allocate and free: each 2 MiB
+ * section is checked on a snapshot taken when its headers held still
+ * (pending temporary logs are flushed first, as any client would); a
+ * section that never holds still is counted in busy_sections, not guessed
+ * at. Details of the first problems go to `detail` (may be NULL). Returns
+ * 0 (see report.errors). */
 FMEM_API int fmem_verify(fmem_pool *pool, fmem_verify_report *report, FILE *detail);
 
 /* The user id this pool handle logs under on node `node`, or 0. */
