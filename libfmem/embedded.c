@@ -73,7 +73,7 @@ static int open_transport(const struct node_uri *u, uint64_t size, struct transp
     return shm_transport_open(&sp, tp, created);
 }
 
-static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size)
+static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size, bool admin)
 {
     struct transport *tp;
     int created = 0;
@@ -81,11 +81,13 @@ static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t siz
     if (rc)
         return rc;
     struct node *n;
-    rc = node_open(tp, created, u->user, &n);
+    enum node_user how = admin ? NODE_NO_USER : u->user ? NODE_CLAIM_EXACT : NODE_CLAIM_ANY;
+    rc = node_open_user(tp, created, how, u->user, &n);
     if (rc) {
         tp_close(tp);
         return rc;
     }
+    n->private_pool = u->kind == URI_MEM;
     n->index = p->nnodes;
     p->nodes[p->nnodes++] = n;
     return 0;
@@ -111,7 +113,7 @@ static const struct pool_ops embedded_ops = {
     .close = emb_close,
 };
 
-int embedded_open(const char *uri, fmem_pool **out)
+int embedded_open(const char *uri, bool admin, fmem_pool **out)
 {
     struct node_uri *us = calloc(URI_MAX_NODES, sizeof *us);
     struct fmem_pool *p = calloc(1, sizeof *p);
@@ -126,7 +128,13 @@ int embedded_open(const char *uri, fmem_pool **out)
         goto out;
     }
     for (int i = 0; i < n && rc == 0; i++) {
-        const struct node_uri *u = &us[i];
+        struct node_uri *u = &us[i];
+        if (admin && u->kind == URI_MEM) {
+            rc = FMEM_EURI; /* a private pool: nothing to administer */
+            break;
+        }
+        if (admin)
+            u->create = false; /* an administrator never makes a pool */
         uint64_t size = u->size ? u->size : (u->kind == URI_MEM ? FMEM_DEFAULT_SIZE : 0);
         if (size > (UINT64_C(1) << 46)) { /* 64 TiB: beyond any sane node */
             rc = FMEM_ESIZE;
@@ -137,7 +145,7 @@ int embedded_open(const char *uri, fmem_pool **out)
                 rc = FMEM_EURI;
                 break;
             }
-            rc = open_node(p, u, size);
+            rc = open_node(p, u, size, admin);
         }
     }
 out:
@@ -151,10 +159,16 @@ out:
     return 0;
 }
 
+/* Closing a pool gives back every block allocated through it that is
+ * still allocated (on pools other processes map), as a service does for
+ * an application that goes: a user id then never leaves blocks behind
+ * when its slot is released. */
 static void emb_close(fmem_pool *p)
 {
     for (unsigned i = 0; i < p->nnodes; i++) {
         struct transport *tp = p->nodes[i]->tp;
+        if (atomic_load(&p->allocs))
+            node_release_blocks(p->nodes[i]);
         node_close(p->nodes[i]);
         tp_close(tp);
     }
@@ -163,6 +177,8 @@ static void emb_close(fmem_pool *p)
 
 static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out)
 {
+    if (p->nnodes && p->nodes[0]->no_user)
+        return FMEM_ENOTSUP; /* an admin open: no user id to allocate as */
     uint64_t max = 0;
     for (unsigned i = 0; i < p->nnodes; i++)
         if (p->nodes[i]->g.data_size > max)
@@ -224,6 +240,8 @@ static int emb_free(fmem_pool *p, const fmem_handle *h)
     int rc = pool_resolve(p, h, &n, &chunk, &k);
     if (rc)
         return rc;
+    if (n->no_user)
+        return FMEM_ENOTSUP;
     rc = node_free(n, chunk, k, h->rkey);
     if (rc == 0)
         atomic_fetch_add_explicit(&p->frees, 1, memory_order_relaxed);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "fmem.h"
+#include "fmem_admin.h"
 #include "pool_internal.h"
 #include "service/client.h"
 #include "uri.h"
@@ -22,7 +23,19 @@ int fmem_open(const char *uri, fmem_pool **out)
         uri = "mem:";
     if (service_uri(uri)) /* unix:/PATH, fmem://...: an allocation service */
         return service_open(uri, out);
-    return embedded_open(uri, out);
+    return embedded_open(uri, false, out);
+}
+
+int fmem_open_admin(const char *uri, fmem_pool **out)
+{
+    if (!out)
+        return FMEM_EINVAL;
+    *out = NULL;
+    if (!uri || !*uri)
+        return FMEM_EURI;
+    if (service_uri(uri)) /* a service holds no metadata for us */
+        return FMEM_ENOTSUP;
+    return embedded_open(uri, true, out);
 }
 
 void fmem_close(fmem_pool *p)

@@ -31,7 +31,9 @@ struct fmem_pool {
     _Atomic uint64_t size_class[FMEM_SIZE_CLASSES];
 };
 
-int embedded_open(const char *uri, fmem_pool **out);
+/* admin: open without a user slot (fmem_open_admin): no allocation, no
+ * free, never creates a pool. */
+int embedded_open(const char *uri, bool admin, fmem_pool **out);
 /* Benchmarks only: write no redo-log entries at all on any node (the
  * baseline that measures what logging costs). Handles are then checked by
  * key alone. */

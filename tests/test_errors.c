@@ -556,14 +556,21 @@ static void expect_open_fails(int want, const char *what)
 }
 
 /* Create a valid 2-section pool at corrupt_path. */
-static void make_valid_pool(void)
+/* A pool holding one block; the returned client holds it (closing a pool
+ * gives back what it still holds). */
+static fmem_pool *make_valid_pool_held(void)
 {
     char uri[128];
     snprintf(uri, sizeof uri, "shm:%s?size=4M", corrupt_path + 8);
     fmem_pool *p = open_pool(uri);
     fmem_handle h = must_alloc(p, 4096);
     (void)h;
-    fmem_close(p);
+    return p;
+}
+
+static void make_valid_pool(void)
+{
+    fmem_close(make_valid_pool_held());
 }
 
 Test(ecorrupt, garbage_file)
@@ -648,7 +655,7 @@ Test(ecorrupt, truncated_data_file)
 
 Test(ecorrupt, every_flipped_header_byte)
 {
-    make_valid_pool();
+    fmem_pool *holder = make_valid_pool_held();
     int fd = open(corrupt_path, O_RDWR);
     cr_assert_geq(fd, 0);
     for (off_t i = 0; i < (off_t)sizeof(struct pool_hdr); i++) {
@@ -668,6 +675,7 @@ Test(ecorrupt, every_flipped_header_byte)
     fmem_pool *p = open_pool(uri);
     cr_assert_eq(allocated_bytes(p), 4096);
     fmem_close(p);
+    fmem_close(holder);
 }
 
 Test(ecorrupt, unformatted_zero_file_times_out, .timeout = 20)
