@@ -88,6 +88,11 @@ static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t siz
         return rc;
     }
     n->private_pool = u->kind == URI_MEM;
+    if ((u->kind == URI_SHM || u->kind == URI_FILE) && !(n->path = strdup(u->path))) {
+        node_close(n);
+        tp_close(tp);
+        return FMEM_ENOMEM;
+    }
     n->index = p->nnodes;
     p->nodes[p->nnodes++] = n;
     return 0;

@@ -297,5 +297,6 @@ void node_close(struct node *n)
     free(n->span_cache);
     free(n->sec_flushed);
     free(n->span_flushed);
+    free(n->path);
     free(n);
 }

@@ -31,6 +31,8 @@ struct node {
                        * allocation or free (fmem_open_admin) */
     bool private_pool; /* a memfd no other process maps (mem:) */
     uint32_t slot_pid; /* what this client wrote into its user slot */
+    char *path;       /* a named pool's metadata file (its session table
+                       * is next to it), or NULL */
     bool remote_regen; /* a memory node refills backup keys (service mode) */
     /* this client's caches of the section and span headers; refreshed only
      * when a CAS fails or a search comes up empty */

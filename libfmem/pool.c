@@ -9,6 +9,7 @@
 #include "fmem.h"
 #include "fmem_admin.h"
 #include "pool_internal.h"
+#include "session_table.h"
 #include "service/client.h"
 #include "uri.h"
 
@@ -110,10 +111,12 @@ int fmem_unlink(const char *uri)
     for (int i = 0; i < n; i++) {
         if (us[i].kind == URI_MEM)
             continue;
-        char data_path[PATH_MAX + 8];
+        char data_path[PATH_MAX + 16];
         snprintf(data_path, sizeof data_path, "%s.data", us[i].path);
         if (unlink(us[i].path) < 0 && rc == 0)
             rc = FMEM_EIO;
+        unlink(data_path);
+        snprintf(data_path, sizeof data_path, "%s%s", us[i].path, SESSION_SUFFIX);
         unlink(data_path);
     }
     free(us);
@@ -147,6 +150,7 @@ const char *fmem_strerror(int err)
     case FMEM_ERANGE: return "offset or length outside the allocation";
     case FMEM_EBUSY: return "no free user id, or the resource is busy";
     case FMEM_EQUOTA: return "the application's allocation quota is reached";
+    case FMEM_ESTALE: return "the service that issued this handle is gone; reopen the pool";
     default: return "unknown fmem error";
     }
 }

@@ -11,6 +11,7 @@
 #include "fmem_admin.h"
 #include "pool_internal.h"
 #include "protocol.h"
+#include "session_table.h"
 
 #define LOG_BATCH 65536 /* entries per READ while walking the full log */
 
@@ -104,6 +105,10 @@ static int recover_node(struct node *n, unsigned uid, fmem_recovery_stats *st)
         if (rc)
             return rc; /* taken just now: a live user */
     }
+    /* a service's applications must stop using its handles before any of
+     * its blocks can go to someone else */
+    if (n->path && session_fence_path(n->path, uid))
+        session_grace();
     int rc = reclaim(n, uid, st);
     if (lock)
         node_release_uid(n, uid, lock);

@@ -50,6 +50,10 @@ enum fmem_error {
     FMEM_EBUSY = -12,      /* no free user id, or the resource is in use */
     FMEM_EQUOTA = -13,     /* the application's quota (bytes or allocations)
                             * set by its allocation service is reached */
+    FMEM_ESTALE = -14,     /* the allocation service that issued the handle
+                            * is gone (it died, was fenced by its memory
+                            * node, or shut down): its blocks are reclaimed
+                            * and may be another application's; reopen */
 };
 
 /* An opened pool: an embedded pool, or (later) a connection to a service. */

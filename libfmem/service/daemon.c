@@ -14,6 +14,7 @@
 
 #include "service/daemon_internal.h"
 #include "service/sock.h"
+#include "session_table.h"
 
 #define MAX_PENDING 64
 #define PENDING_NS 5000000000u /* a connection has 5 s to say hello */
@@ -82,10 +83,14 @@ static void welcome(struct fmemd *d, struct pending *p, const struct msg *m)
     fds[nfds++] = rfd;
     for (unsigned i = 0; i < d->nnodes; i++) {
         w.data_bytes[i] = d->nodes[i].data_bytes;
-        if (d->nodes[i].rdma)
+        if (d->nodes[i].rdma) {
             snprintf(w.rdma_addr[i], sizeof w.rdma_addr[i], "%s", d->nodes[i].rdma_addr);
-        else
+        } else {
             fds[nfds++] = shm_transport_data_fd(d->nodes[i].tp);
+            fds[nfds++] = d->nodes[i].sess_fd;
+            w.svc_uid[i] = d->nodes[i].uid;
+            w.session[i] = d->nodes[i].session;
+        }
     }
     int rc = sock_reply_msg(p->fd, MSG_APP_WELCOME, m->seq, &w, sizeof w, fds, nfds);
     close(rfd);
@@ -144,6 +149,8 @@ static bool on_pending(struct fmemd *d, struct pending *p)
 static void app_gone(struct fmemd *d, unsigned i)
 {
     struct app *a = d->apps[i];
+    /* its handles stop working before its blocks go back to the pool */
+    atomic_store(&a->ring->revoked, 1);
     d->apps[i] = d->apps[--d->napps];
     worker_detach(a->w, a);
     if (d->cfg->verbose)
@@ -316,7 +323,12 @@ out:
         unlink(cfg->socket_path);
     }
     /* every application goes: their blocks are given back before the
-     * memory nodes hear that we leave */
+     * memory nodes hear that we leave, after their handles stopped working
+     * and a use of one that passed the check just before has finished */
+    for (unsigned i = 0; i < d->napps; i++)
+        atomic_store(&d->apps[i]->ring->revoked, 1);
+    if (d->napps)
+        session_grace();
     while (d->napps)
         app_gone(d, d->napps - 1);
     if (reaper)
