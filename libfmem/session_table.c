@@ -179,32 +179,45 @@ int session_map(int fd, const _Atomic uint64_t **words, uint64_t *nusers, void *
     return 0;
 }
 
-bool session_fence_path(const char *pool_path, unsigned uid)
+/* Clear (fence) or read uid's word of the table next to pool_path.
+ * Returns the word it held, 0 if there is no such table. */
+static uint64_t word_at_path(const char *pool_path, unsigned uid, bool clear)
 {
     char path[PATH_MAX];
     if (!pool_path ||
         snprintf(path, sizeof path, "%s%s", pool_path, SESSION_SUFFIX) >= (int)sizeof path)
-        return false;
-    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        return 0;
+    int fd = open(path, (clear ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        return false; /* no table: no service ever registered on this pool */
-    bool fenced = false;
+        return 0; /* no table: no service ever registered on this pool */
+    uint64_t was = 0;
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)sizeof(struct sess_hdr)) {
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        int prot = PROT_READ | (clear ? PROT_WRITE : 0);
+        void *m = mmap(NULL, (size_t)st.st_size, prot, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED) {
             struct sess_hdr *h = m;
             if (!memcmp(h->magic, SESS_MAGIC, 8) && h->version == SESS_VERSION &&
                 h->hdr_size == sizeof *h && uid < h->nusers &&
                 h->nusers <= ((uint64_t)st.st_size - sizeof *h) / 8) {
                 _Atomic uint64_t *w = (_Atomic uint64_t *)((char *)m + sizeof *h);
-                fenced = atomic_exchange(&w[uid], 0) != 0;
+                was = clear ? atomic_exchange(&w[uid], 0) : atomic_load(&w[uid]);
             }
             munmap(m, (size_t)st.st_size);
         }
     }
     close(fd);
-    return fenced;
+    return was;
+}
+
+bool session_fence_path(const char *pool_path, unsigned uid)
+{
+    return word_at_path(pool_path, uid, true) != 0;
+}
+
+uint64_t session_read_path(const char *pool_path, unsigned uid)
+{
+    return word_at_path(pool_path, uid, false);
 }
 
 void session_grace(void)

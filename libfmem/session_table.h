@@ -56,6 +56,8 @@ int session_map(int fd, const _Atomic uint64_t **words, uint64_t *nusers, void *
  * has one (recovery by any process, e.g. `fmem recover` while the memory
  * node is down). true if a live session was fenced. */
 bool session_fence_path(const char *pool_path, unsigned uid);
+/* uid's word in that table, 0 if none. */
+uint64_t session_read_path(const char *pool_path, unsigned uid);
 
 /* Sleep the grace period (after a fence, before recovery frees blocks). */
 void session_grace(void);

@@ -8,6 +8,7 @@
 
 #include "fmem_admin.h"
 #include "pool_internal.h"
+#include "session_table.h"
 
 #define LOG_BATCH 65536
 
@@ -65,5 +66,7 @@ int fmem_user_info(fmem_pool *p, unsigned node, unsigned uid, fmem_user_info_t *
             out->session = pair[1];
         }
     }
+    if (n->path)
+        out->session = session_read_path(n->path, uid);
     return count_owned(n, uid, &out->blocks, &out->bytes);
 }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "crashpoint.h"
 #include "pool_internal.h"
 
 static char path[96], uri[160], bare[128];
@@ -218,6 +219,53 @@ Test(users, killed_user_is_reported_as_awaiting_recovery)
     fmem_close(keep);
     close(fds[0]);
     close(fds[1]);
+}
+
+/* A client killed half-way through the frees of its fmem_close: its slot
+ * still records it, so it is a dead user, and recovery finishes the job. */
+static int frees_left;
+static void kill_on_free(enum crash_point cp)
+{
+    if (cp == CP_CHUNK_FREE_COMMIT && --frees_left == 0)
+        kill(getpid(), SIGKILL);
+}
+
+Test(users, killed_while_closing)
+{
+    fmem_pool *keep = open_uri(uri);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fmem_pool *p;
+        fmem_handle h;
+        if (fmem_open(uri, &p))
+            _exit(1);
+        for (int i = 0; i < 6; i++)
+            if (fmem_alloc(p, 4096, &h))
+                _exit(2);
+        frees_left = 3; /* the third free of the close, committed, not flushed */
+        fmem_crash_hook = kill_on_free;
+        fmem_close(p);
+        _exit(3); /* not reached */
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the child was not killed: %#x", st);
+    fmem_verify_report r = verify_now();
+    cr_assert_eq(r.errors, 0);
+    cr_assert_eq(r.dead_slots, 1);
+    cr_assert_eq(r.dead_owner_blocks, 3, "three of six freed: %llu left",
+                 (unsigned long long)r.dead_owner_blocks);
+    fmem_pool *a = open_admin();
+    fmem_user_info_t u;
+    cr_assert_eq(fmem_user_info(a, 0, 1 + fmem_user_id(keep, 0), &u), 0);
+    cr_assert_eq(u.pid, (uint32_t)pid);
+    cr_assert_eq(fmem_recover(a, 1 + fmem_user_id(keep, 0), NULL), 0);
+    fmem_close(a);
+    r = verify_now();
+    cr_assert_eq(r.errors, 0);
+    cr_assert_eq(r.chunks_allocated, 0);
+    cr_assert_eq(r.dead_slots, 0);
+    fmem_close(keep);
 }
 
 /* ---- administrative opens ------------------------------------------------ */
