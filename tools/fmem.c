@@ -133,10 +133,20 @@ static const char *live_reason(fmem_pool *p, unsigned node, unsigned uid,
     if (!u->pid)
         return NULL;
     if (!u->remote) {
-        if (u->alive != 1)
+        if (u->alive == 1) {
+            snprintf(msg, cap, "user %u is held by process %u (%s), which is running", uid, u->pid,
+                     comm_of(u->pid, comm, sizeof comm));
+            return msg;
+        }
+        if (!u->session)
             return NULL;
-        snprintf(msg, cap, "user %u is held by process %u (%s), which is running", uid, u->pid,
-                 comm_of(u->pid, comm, sizeof comm));
+        /* a service whose session the memory node has not ended: its pid
+         * may live in another pid namespace, or the memory node is about to
+         * (or, being down, cannot) recover it */
+        snprintf(msg, cap, "user %u is a service with a live session in the memory node's session "
+                           "table, and its process %u is not visible here (another pid "
+                           "namespace?); the memory node recovers a dead service itself",
+                 uid, u->pid);
         return msg;
     }
     bool service = u->heartbeat != 0; /* an fmemd: it writes heartbeats */

@@ -88,6 +88,19 @@ static void live_service(void)
     PH_CHECK(fmem_read(app, &h, 0, buf, 5) == 0 && !strcmp(buf, "kept"),
              "the application's block after the refused recovery");
     PH_CHECK(chunks(pool_uri) == 16, "fmemd's blocks are still allocated");
+
+    /* the memory node is killed, then fmemd: nobody fences or recovers,
+     * and the table still shows the service's session */
+    env_stop_pid(&e.mnode, SIGKILL);
+    env_stop_pid(&e.fmemd[0], SIGKILL);
+    rc = ph_fmem(out, sizeof out, "recover '%s' %u", pool_uri, st.user_id);
+    PH_CHECK(rc == 1 && strstr(out, "live session") && strstr(out, "not recovered"),
+             "a service whose session was never ended: exit %d: %s", rc, out);
+    PH_CHECK(chunks(pool_uri) == 16, "refused, yet changed");
+    rc = ph_fmem(out, sizeof out, "recover '%s' %u --force", pool_uri, st.user_id);
+    PH_CHECK(rc == 0 && strstr(out, "freed 1 blocks"), "--force: exit %d: %s", rc, out);
+    /* the recovery fenced the session through the table file */
+    PH_CHECK(fmem_read(app, &h, 0, buf, 5) == FMEM_ESTALE, "the application's handle after it");
     fmem_close(app);
     env_stop(&e);
 }
