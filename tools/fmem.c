@@ -1,7 +1,8 @@
 /* fmem - command-line tool for fmem pools and services.
  *   fmem status [URI] [--map FILE.png] [--node N]
  *                            pools, space, services, applications
- *   fmem verify URI          check headers against the redo log
+ *   fmem verify URI          check headers against the redo log (exit 0 clean,
+ *                            1 errors or leaks, 3 incomplete: busy sections)
  *   fmem recover URI UID [--force]
  *                            reclaim everything user UID owns: refused while
  *                            its process runs, unless --force
