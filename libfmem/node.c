@@ -120,6 +120,11 @@ int node_claim_uid_exact(struct node *n, unsigned uid, uint32_t pid)
     return r < 0 ? r : r == 1 ? 0 : FMEM_EBUSY;
 }
 
+bool node_holds_slot(const struct node *n)
+{
+    return n->owns_uid && n->slot_pid == node_own_pid(n);
+}
+
 uint32_t node_own_pid(const struct node *n)
 {
     uint32_t pid = (uint32_t)getpid();
@@ -290,8 +295,9 @@ void node_close(struct node *n)
 {
     if (!n)
         return;
-    /* only if the slot is still ours: a recovery may have given it away */
-    if (n->owns_uid)
+    /* only if the slot is still ours: a recovery may have given it away,
+     * and a fork child closing its copy leaves the parent's slot alone */
+    if (node_holds_slot(n))
         node_release_uid(n, n->uid, n->slot_pid);
     free(n->sec_cache);
     free(n->span_cache);

@@ -89,6 +89,9 @@ int node_claim_uid_exact(struct node *n, unsigned uid, uint32_t pid);
 uint32_t node_uid_pid(struct node *n, unsigned uid);
 /* What this process writes into a user slot it claims on n. */
 uint32_t node_own_pid(const struct node *n);
+/* Did this process claim n's user slot (not a recovery's, not the parent's
+ * of a fork child)? */
+bool node_holds_slot(const struct node *n);
 uint32_t node_new_key(struct node *n);
 void node_refresh_all(struct node *n);
 /* Forget which header values this client saw flushed (recovery and the

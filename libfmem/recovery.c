@@ -201,7 +201,7 @@ int fmem_recover_leaked(fmem_pool *p, fmem_recovery_stats *out)
  * someone else) meanwhile. */
 void node_release_blocks(struct node *n)
 {
-    if (!n->owns_uid || n->no_user || n->private_pool ||
+    if (!node_holds_slot(n) || n->no_user || n->private_pool ||
         node_uid_pid(n, n->uid) != n->slot_pid)
         return;
     fmem_recovery_stats st = {0};

@@ -268,6 +268,34 @@ Test(users, killed_while_closing)
     fmem_close(keep);
 }
 
+/* A fork child that closes its copy of the parent's pool leaves the
+ * parent's blocks and user slot alone. */
+Test(users, fork_child_closing_leaves_the_parent_alone)
+{
+    fmem_pool *p = open_uri(uri);
+    fmem_handle h[2];
+    cr_assert_eq(fmem_alloc(p, 4096, &h[0]), 0);
+    cr_assert_eq(fmem_alloc(p, 65536, &h[1]), 0);
+    unsigned uid = fmem_user_id(p, 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fmem_close(p);
+        _exit(0);
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    fmem_pool *a = open_admin();
+    fmem_user_info_t u;
+    cr_assert_eq(fmem_user_info(a, 0, uid, &u), 0);
+    cr_assert_eq(u.pid, (uint32_t)getpid(), "the child released the parent's slot");
+    cr_assert_eq(u.blocks, 2, "the child freed the parent's blocks");
+    fmem_close(a);
+    cr_assert_eq(fmem_write(p, &h[1], 0, "still mine", 11), 0);
+    fmem_close(p);
+    cr_assert_eq(pool_allocated(), 0);
+}
+
 /* ---- administrative opens ------------------------------------------------ */
 
 Test(users, admin_open_needs_no_user_slot)
