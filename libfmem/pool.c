@@ -8,6 +8,7 @@
 
 #include "fmem.h"
 #include "fmem_admin.h"
+#include "fork.h"
 #include "pool_internal.h"
 #include "session_table.h"
 #include "service/client.h"
@@ -22,9 +23,12 @@ int fmem_open(const char *uri, fmem_pool **out)
         uri = getenv("FMEM_URI");
     if (!uri || !*uri)
         uri = "mem:";
-    if (service_uri(uri)) /* unix:/PATH, fmem://...: an allocation service */
-        return service_open(uri, out);
-    return embedded_open(uri, false, out);
+    fork_objects_lock(); /* no fork sees a pool half open */
+    int rc = service_uri(uri) /* unix:/PATH, fmem://...: an allocation service */
+                 ? service_open(uri, out)
+                 : embedded_open(uri, false, out);
+    fork_objects_unlock();
+    return rc;
 }
 
 int fmem_open_admin(const char *uri, fmem_pool **out)
@@ -36,28 +40,43 @@ int fmem_open_admin(const char *uri, fmem_pool **out)
         return FMEM_EURI;
     if (service_uri(uri)) /* a service holds no metadata for us */
         return FMEM_ENOTSUP;
-    return embedded_open(uri, true, out);
+    fork_objects_lock();
+    int rc = embedded_open(uri, true, out);
+    fork_objects_unlock();
+    return rc;
 }
 
 void fmem_close(fmem_pool *p)
 {
-    if (p)
-        p->ops->close(p);
+    if (!p)
+        return;
+    fork_objects_lock();
+    p->ops->close(p);
+    fork_objects_unlock();
 }
+
+/* Every call on an open pool runs inside the fork gate (fork.h). */
+#define GATED(call)                                                                                \
+    do {                                                                                           \
+        fork_gate_enter();                                                                         \
+        int rc_ = (call);                                                                          \
+        fork_gate_leave();                                                                         \
+        return rc_;                                                                                \
+    } while (0)
 
 int fmem_alloc(fmem_pool *p, size_t size, fmem_handle *out)
 {
     if (!p || !out)
         return FMEM_EINVAL;
     memset(out, 0, sizeof *out);
-    return p->ops->alloc(p, size, out);
+    GATED(p->ops->alloc(p, size, out));
 }
 
 int fmem_free(fmem_pool *p, const fmem_handle *h)
 {
     if (!p || !h)
         return FMEM_EINVAL;
-    return p->ops->free(p, h);
+    GATED(p->ops->free(p, h));
 }
 
 int fmem_map(fmem_pool *p, const fmem_handle *h, void **ptr)
@@ -67,7 +86,7 @@ int fmem_map(fmem_pool *p, const fmem_handle *h, void **ptr)
     *ptr = NULL;
     if (!p || !h)
         return FMEM_EINVAL;
-    return p->ops->map(p, h, ptr);
+    GATED(p->ops->map(p, h, ptr));
 }
 
 int fmem_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr)
@@ -77,21 +96,23 @@ int fmem_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr)
     *remote_addr = 0;
     if (!p || !h)
         return FMEM_EINVAL;
-    return p->ops->remote ? p->ops->remote(p, h, remote_addr) : FMEM_ENOTSUP;
+    if (!p->ops->remote)
+        return FMEM_ENOTSUP;
+    GATED(p->ops->remote(p, h, remote_addr));
 }
 
 int fmem_read(fmem_pool *p, const fmem_handle *h, uint64_t offset, void *dst, size_t len)
 {
     if (!p || !h || (!dst && len))
         return FMEM_EINVAL;
-    return p->ops->read(p, h, offset, dst, len);
+    GATED(p->ops->read(p, h, offset, dst, len));
 }
 
 int fmem_write(fmem_pool *p, const fmem_handle *h, uint64_t offset, const void *src, size_t len)
 {
     if (!p || !h || (!src && len))
         return FMEM_EINVAL;
-    return p->ops->write(p, h, offset, src, len);
+    GATED(p->ops->write(p, h, offset, src, len));
 }
 
 int fmem_stats(fmem_pool *p, fmem_stats_t *st)
@@ -99,7 +120,7 @@ int fmem_stats(fmem_pool *p, fmem_stats_t *st)
     if (!p || !st)
         return FMEM_EINVAL;
     memset(st, 0, sizeof *st);
-    return p->ops->stats(p, st);
+    GATED(p->ops->stats(p, st));
 }
 
 int fmem_unlink(const char *uri)

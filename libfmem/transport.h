@@ -113,7 +113,8 @@ void nic_get_stats(struct nic_stats *st);
  * headers, keys, logs) and the data. Applications of a service are given the
  * data file only, never the metadata. */
 struct shm_params {
-    const char *path;   /* metadata file; data in "<path>.data"; NULL: memfds */
+    const char *path;   /* metadata file; data in "<path>.data"; NULL: private
+                         * anonymous memory (mem:) */
     uint64_t meta_size; /* when creating: bytes of each part */
     uint64_t data_size;
     int create;         /* create the files when absent */
@@ -125,7 +126,8 @@ struct shm_params {
 };
 /* Open or create the backing files and map them. *created tells which. */
 int shm_transport_open(const struct shm_params *p, struct transport **out, int *created);
-/* The files behind a shm transport (for handing to other processes). */
+/* The files behind a shm transport (for handing to other processes); -1
+ * for a private (mem:) pool, which has none. */
 int shm_transport_meta_fd(const struct transport *t);
 int shm_transport_data_fd(const struct transport *t);
 

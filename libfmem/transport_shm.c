@@ -1,6 +1,6 @@
-/* transport_shm.c - the shared-memory transport: the pool is a memfd (one
- * process) or a file on /dev/shm or hugetlbfs (several processes), mapped
- * whole; one-sided operations are memcpy and CPU atomics, optionally delayed
+/* transport_shm.c - the shared-memory transport: the pool is private
+ * anonymous memory (mem:, one process) or a file on /dev/shm or hugetlbfs
+ * (several processes), mapped whole; one-sided operations are memcpy and CPU atomics, optionally delayed
  * by an injected round trip so that contention behaves as over a network.
  * The delay is waited for by the caller spinning (rtt_mode=spin: half the
  * round trip, the operations, the other half), or by the NIC emulator
@@ -175,7 +175,11 @@ static int open_files(const struct shm_params *p, int *meta_fd, int *data_fd, in
     return 0;
 }
 
-/* Map metadata and data back to back, the data 2 MiB aligned. */
+/* Map metadata and data back to back, the data 2 MiB aligned. Without
+ * files (mem:) both are private anonymous memory: the pool belongs to this
+ * process alone, and a fork() child gets a copy-on-write snapshot of all
+ * of it - headers, logs and data - which is what makes every allocation in
+ * it behave as plain memory across fork (docs/far-memory.md). */
 static int map_pool(struct shm_transport *s, uint64_t meta, uint64_t data)
 {
     const uint64_t align = 2u << 20;
@@ -186,8 +190,16 @@ static int map_pool(struct shm_transport *s, uint64_t meta, uint64_t data)
     s->map_base = r;
     uintptr_t d = ((uintptr_t)r + meta + align - 1) & ~(uintptr_t)(align - 1);
     char *base = (char *)d - meta;
-    if (mmap(base, meta, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->meta_fd, 0) == MAP_FAILED ||
-        mmap(base + meta, data, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->data_fd, 0) == MAP_FAILED) {
+    if (s->meta_fd < 0) {
+        if (mmap(base, meta + data, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+            munmap(r, s->map_len);
+            return FMEM_EIO;
+        }
+    } else if (mmap(base, meta, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->meta_fd, 0) ==
+                   MAP_FAILED ||
+               mmap(base + meta, data, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->data_fd,
+                    0) == MAP_FAILED) {
         munmap(r, s->map_len);
         return FMEM_EIO;
     }
@@ -206,11 +218,7 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
         s->meta_fd = p->meta_fd;
         s->data_fd = p->data_fd;
     } else if (!p->path) {
-        s->meta_fd = memfd_create("fmem-meta", MFD_CLOEXEC);
-        s->data_fd = memfd_create("fmem-data", MFD_CLOEXEC);
-        made = 1;
-        if (s->meta_fd < 0 || s->data_fd < 0)
-            rc = FMEM_EIO;
+        made = 1; /* private memory, no files */
     } else {
         rc = open_files(p, &s->meta_fd, &s->data_fd, &made);
     }
@@ -218,9 +226,11 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
     if (rc == 0 && made) {
         meta = p->meta_size;
         data = p->data_size;
-        if (!meta || !data || ftruncate(s->meta_fd, (off_t)meta) < 0 ||
-            ftruncate(s->data_fd, (off_t)data) < 0)
-            rc = meta && data ? FMEM_EIO : FMEM_EINVAL;
+        if (!meta || !data)
+            rc = FMEM_EINVAL;
+        else if (p->path && (ftruncate(s->meta_fd, (off_t)meta) < 0 ||
+                             ftruncate(s->data_fd, (off_t)data) < 0))
+            rc = FMEM_EIO;
     } else if (rc == 0) {
         /* a creator may not have sized the files yet */
         for (int i = 0; i < 200; i++) {

@@ -15,7 +15,8 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3)
 tmp=$(mktemp -d)
 pool="shm:/fmem-preload-test-$$"
-trap '"$tests/pool_status" -u "$pool" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '"$tests/pool_status" -u "$pool" 2>/dev/null; "$tests/pool_status" -u "$checkpool" 2>/dev/null; rm -rf "$tmp"' EXIT
+checkpool=
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
@@ -41,8 +42,11 @@ run() {
     fi
 }
 
-# the malloc family itself
-if LD_PRELOAD=$lib "$tests/preload_check" >"$tmp/check.out" 2>&1; then
+# the malloc family itself, on a named pool: "in the pool" is then a
+# mapping of its data file (an in-process pool is anonymous memory)
+checkpool="shm:/fmem-preload-check-$$"
+if LD_PRELOAD=$lib FMEM_PRELOAD_URI="$checkpool?size=1G" PRELOAD_CHECK_FILE="/dev/shm/fmem-preload-check-$$.data" \
+        "$tests/preload_check" >"$tmp/check.out" 2>&1; then
     ok "$(tail -n 1 "$tmp/check.out")"
 else
     bad "preload_check"; cat "$tmp/check.out"
@@ -63,7 +67,9 @@ print(len(a), sum(a[:1000]), hashlib.sha256(" ".join(b).encode()).hexdigest(), s
 head -c 1000000 "$tmp/numbers" >"$tmp/numbers.1m"
 head -n 30000 "$tmp/numbers" >"$tmp/small"
 run xz sh -c "xz -1 -T1 -c '$tmp/numbers.1m' | xz -d -c | md5sum; xz -1 -T1 -c '$tmp/numbers.1m' | md5sum"
-"$tests/preload_check" >/dev/null 2>&1 && bad "preload_check passes without the library (its pool test is void)"
+"$tests/pool_status" -u "$checkpool" 2>/dev/null
+PRELOAD_CHECK_FILE="/dev/shm/fmem-preload-check-$$.data" "$tests/preload_check" >/dev/null 2>&1 &&
+    bad "preload_check passes without the library (its pool test is void)"
 gzip -6 -c "$tmp/numbers" >"$tmp/gz.plain"
 LD_PRELOAD=$lib gzip -6 -c "$tmp/numbers" >"$tmp/gz.pre"
 cmp -s "$tmp/gz.plain" "$tmp/gz.pre" && ok "gzip: identical output" || bad "gzip: output differs"

@@ -1,7 +1,8 @@
 /* preload_check.c - run under libfmem-preload.so (preload.sh): the malloc
  * family behaves as the C library specifies for small (system) and large
  * (pool) blocks, across threads and fork(). A block is "in the pool" when
- * /proc/self/maps shows it in the pool's data file. Prints one line per
+ * /proc/self/maps shows it in the pool's data file, $PRELOAD_CHECK_FILE
+ * (preload.sh runs it on a named pool). Prints one line per
  * failed check and a summary; exit status 1 on any failure. */
 #include <errno.h>
 #include <malloc.h>
@@ -36,7 +37,8 @@ static int in_pool(const void *p)
     while (f && fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
         if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi) {
-            found = strstr(line, "fmem-data") != NULL;
+            const char *file = getenv("PRELOAD_CHECK_FILE");
+            found = file && *file && strstr(line, file) != NULL;
             break;
         }
     }

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "fork.h"
 #include "heap_internal.h"
 
 static _Atomic uint64_t next_heap_id = 1;
@@ -56,7 +57,12 @@ int fmem_heap_new(fmem_pool *pool, fmem_heap **out)
     if (!out)
         return FMEM_EINVAL;
     *out = NULL;
-    return pool ? heap_create(HEAP_POOL, pool, NULL, out) : FMEM_EINVAL;
+    if (!pool)
+        return FMEM_EINVAL;
+    fork_objects_lock();
+    int rc = heap_create(HEAP_POOL, pool, NULL, out);
+    fork_objects_unlock();
+    return rc;
 }
 
 int fmem_heap_new_region(fmem_region *r, fmem_heap **out)
@@ -64,13 +70,19 @@ int fmem_heap_new_region(fmem_region *r, fmem_heap **out)
     if (!out)
         return FMEM_EINVAL;
     *out = NULL;
-    return r ? heap_create(HEAP_REGION, NULL, r, out) : FMEM_EINVAL;
+    if (!r)
+        return FMEM_EINVAL;
+    fork_objects_lock();
+    int rc = heap_create(HEAP_REGION, NULL, r, out);
+    fork_objects_unlock();
+    return rc;
 }
 
 void fmem_heap_destroy(fmem_heap *h)
 {
     if (!h)
         return;
+    fork_objects_lock();
     heap_unregister(h);
     for (struct theap *th = h->theaps, *next; th; th = next) {
         next = th->next;
@@ -86,6 +98,7 @@ void fmem_heap_destroy(fmem_heap *h)
     backend_destroy(h);
     pthread_mutex_destroy(&h->lock);
     free(h);
+    fork_objects_unlock();
 }
 
 static inline void *small_malloc(struct fmem_heap *h, unsigned cls)
@@ -97,7 +110,7 @@ static inline void *small_malloc(struct fmem_heap *h, unsigned cls)
     void **o;
     if (likely(s && (o = s->free) != NULL)) {
         s->free = o[0];
-        o[1] = NULL; /* clear the double-free key */
+        o[0] = o[1] = NULL; /* no free-list link or double-free key shows */
         s->used++;
     } else if (!(o = small_malloc_slow(th, cls))) {
         return NULL;
@@ -106,7 +119,7 @@ static inline void *small_malloc(struct fmem_heap *h, unsigned cls)
     return o;
 }
 
-void *fmem_heap_malloc(fmem_heap *h, size_t size)
+static void *heap_malloc(fmem_heap *h, size_t size)
 {
     if (unlikely(!h)) {
         errno = EINVAL;
@@ -121,7 +134,7 @@ void *fmem_heap_malloc(fmem_heap *h, size_t size)
     return large_malloc(h, size, 0);
 }
 
-int fmem_heap_free(fmem_heap *h, void *p)
+static int heap_free(fmem_heap *h, void *p)
 {
     if (!p)
         return 0;
@@ -188,17 +201,22 @@ static size_t usable(struct fmem_heap *h, const void *p, int *zeroed)
 
 size_t fmem_heap_usable_size(fmem_heap *h, const void *p)
 {
-    return h && p ? usable(h, p, NULL) : 0;
+    if (!h || !p)
+        return 0;
+    fork_gate_enter();
+    size_t n = usable(h, p, NULL);
+    fork_gate_leave();
+    return n;
 }
 
-void *fmem_heap_calloc(fmem_heap *h, size_t n, size_t size)
+static void *heap_calloc(fmem_heap *h, size_t n, size_t size)
 {
     if (size && n > SIZE_MAX / size) {
         errno = ENOMEM;
         return NULL;
     }
     size_t total = n * size;
-    void *p = fmem_heap_malloc(h, total);
+    void *p = heap_malloc(h, total);
     int zeroed = 0;
     if (p && total > SMALL_MAX)
         usable(h, p, &zeroed); /* region spans read as zeros already */
@@ -207,14 +225,14 @@ void *fmem_heap_calloc(fmem_heap *h, size_t n, size_t size)
     return p;
 }
 
-void *fmem_heap_memalign(fmem_heap *h, size_t align, size_t size)
+static void *heap_memalign(fmem_heap *h, size_t align, size_t size)
 {
     if (!h || align == 0 || (align & (align - 1))) {
         errno = EINVAL;
         return NULL;
     }
     if (align <= 16)
-        return fmem_heap_malloc(h, size);
+        return heap_malloc(h, size);
     if (align <= HEAP_PAGE && size <= SMALL_MAX) {
         /* slabs start on a page: a class whose size is a multiple of the
          * alignment has every object aligned (power-of-two classes exist) */
@@ -229,33 +247,31 @@ void *fmem_heap_memalign(fmem_heap *h, size_t align, size_t size)
     return large_malloc(h, size, align);
 }
 
-void *fmem_heap_realloc(fmem_heap *h, void *p, size_t size)
+static void *heap_realloc(fmem_heap *h, void *p, size_t size)
 {
-    if (!p || !h)
-        return fmem_heap_malloc(h, size);
+    if (!p)
+        return heap_malloc(h, size);
     size_t old = usable(h, p, NULL);
     if (old == 0) {
         errno = EINVAL;
         return NULL;
     }
     if (size == 0) {
-        fmem_heap_free(h, p);
-        return fmem_heap_malloc(h, 0);
+        heap_free(h, p);
+        return heap_malloc(h, 0);
     }
     if (size <= old && size >= old / 2)
         return p; /* fits and wastes at most half */
-    void *q = fmem_heap_malloc(h, size);
+    void *q = heap_malloc(h, size);
     if (!q)
         return NULL;
     memcpy(q, p, size < old ? size : old);
-    fmem_heap_free(h, p);
+    heap_free(h, p);
     return q;
 }
 
-void fmem_heap_collect(fmem_heap *h)
+static void heap_collect(fmem_heap *h)
 {
-    if (!h)
-        return;
     struct theap *self = theap_peek(h);
     if (self)
         theap_collect(self, 0);
@@ -272,10 +288,8 @@ void fmem_heap_collect(fmem_heap *h)
     }
 }
 
-int fmem_heap_stats(fmem_heap *h, fmem_heap_stats_t *out)
+static int heap_stats(fmem_heap *h, fmem_heap_stats_t *out)
 {
-    if (!h || !out)
-        return FMEM_EINVAL;
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&h->lock);
     for (struct theap *th = h->theaps; th; th = th->next) {
@@ -295,4 +309,69 @@ int fmem_heap_stats(fmem_heap *h, fmem_heap_stats_t *out)
     out->double_frees = atomic_load(&c->double_frees);
     out->bad_frees = atomic_load(&c->bad_frees);
     return 0;
+}
+
+/* ---- the public calls: each inside the fork gate (fork.h) -------------- */
+
+void *fmem_heap_malloc(fmem_heap *h, size_t size)
+{
+    fork_gate_enter();
+    void *p = heap_malloc(h, size);
+    fork_gate_leave();
+    return p;
+}
+
+int fmem_heap_free(fmem_heap *h, void *p)
+{
+    if (!p)
+        return 0;
+    fork_gate_enter();
+    int rc = heap_free(h, p);
+    fork_gate_leave();
+    return rc;
+}
+
+void *fmem_heap_calloc(fmem_heap *h, size_t n, size_t size)
+{
+    fork_gate_enter();
+    void *p = heap_calloc(h, n, size);
+    fork_gate_leave();
+    return p;
+}
+
+void *fmem_heap_memalign(fmem_heap *h, size_t align, size_t size)
+{
+    fork_gate_enter();
+    void *p = heap_memalign(h, align, size);
+    fork_gate_leave();
+    return p;
+}
+
+void *fmem_heap_realloc(fmem_heap *h, void *p, size_t size)
+{
+    if (!h)
+        return fmem_heap_malloc(h, size);
+    fork_gate_enter();
+    void *q = heap_realloc(h, p, size);
+    fork_gate_leave();
+    return q;
+}
+
+void fmem_heap_collect(fmem_heap *h)
+{
+    if (!h)
+        return;
+    fork_gate_enter();
+    heap_collect(h);
+    fork_gate_leave();
+}
+
+int fmem_heap_stats(fmem_heap *h, fmem_heap_stats_t *out)
+{
+    if (!h || !out)
+        return FMEM_EINVAL;
+    fork_gate_enter();
+    int rc = heap_stats(h, out);
+    fork_gate_leave();
+    return rc;
 }

@@ -333,7 +333,7 @@ void *small_malloc_slow(struct theap *th, unsigned cls)
             if (s->free) {
                 void **o = s->free;
                 s->free = o[0];
-                o[1] = NULL;
+                o[0] = o[1] = NULL;
                 s->used++;
                 return o;
             }

@@ -11,8 +11,10 @@
  * %fs-relative load instead of a __tls_get_addr call. They take 24 bytes
  * of static TLS, which the C library's surplus covers even when libfmem is
  * loaded with dlopen. */
+#include <stdbool.h>
 #include <stdlib.h>
 
+#include "fork.h"
 #include "heap_internal.h"
 
 __thread struct heap_tls heap_tls __attribute__((tls_model("initial-exec")));
@@ -53,6 +55,7 @@ static void theap_abandon(struct fmem_heap *h, struct theap *th)
 static void thread_exit(void *unused)
 {
     (void)unused;
+    fork_gate_enter();
     pthread_mutex_lock(&g_lock);
     for (struct binding *b = bindings, *next; b; b = next) {
         next = b->next;
@@ -64,7 +67,36 @@ static void thread_exit(void *unused)
     bindings = NULL;
     pthread_mutex_unlock(&g_lock);
     heap_tls = (struct heap_tls){0, NULL};
+    fork_gate_leave();
 }
+
+/* In a fork child only the forking thread is left: the theaps of the
+ * others wait for adoption, as if those threads had exited. Nothing else
+ * needs repair: the gate kept every thread out of the heaps during the
+ * fork, so no list or lock is half updated, and the memory under them is
+ * the child's own (a private pool or a region). */
+static bool bound_here(const struct theap *th)
+{
+    for (const struct binding *b = bindings; b; b = b->next)
+        if (b->th == th)
+            return true;
+    return false;
+}
+
+static void heaps_fork_child(struct fork_watch *w)
+{
+    (void)w;
+    for (struct fmem_heap *h = g_live; h; h = h->next_live)
+        for (struct theap *th = h->theaps; th; th = th->next) {
+            if (!atomic_load(&th->owned) || bound_here(th))
+                continue;
+            atomic_store(&th->owned, 0);
+            th->next_free = h->free_theaps;
+            h->free_theaps = th;
+        }
+}
+
+static struct fork_watch heaps_watch = {.level = FORK_HEAP, .child = heaps_fork_child};
 
 static void make_key(void)
 {
@@ -76,6 +108,11 @@ int heap_register(struct fmem_heap *h)
     pthread_once(&g_once, make_key);
     if (!g_key_ok)
         return FMEM_ENOMEM;
+    static bool watching; /* the caller holds the watch lock */
+    if (!watching) {
+        fork_watch_add(&heaps_watch);
+        watching = true;
+    }
     pthread_mutex_lock(&g_lock);
     h->next_live = g_live;
     g_live = h;

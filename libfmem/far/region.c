@@ -54,16 +54,17 @@ static void region_free(struct fmem_region *r)
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->writer_cv);
     pthread_cond_destroy(&r->done_cv);
+    pthread_cond_destroy(&r->park_cv);
     free(r);
 }
 
-static int init_sync(struct fmem_region *r)
+int region_init_sync(struct fmem_region *r)
 {
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* writer's timed waits */
     int rc = pthread_mutex_init(&r->lock, NULL) || pthread_cond_init(&r->writer_cv, &ca) ||
-             pthread_cond_init(&r->done_cv, NULL);
+             pthread_cond_init(&r->done_cv, NULL) || pthread_cond_init(&r->park_cv, NULL);
     pthread_condattr_destroy(&ca);
     return rc ? FMEM_ENOMEM : 0;
 }
@@ -109,7 +110,7 @@ static int init_mapping(struct fmem_region *r)
 }
 
 /* Our threads take no signals: the program's handlers run elsewhere. */
-static int start_threads(struct fmem_region *r)
+int region_start_threads(struct fmem_region *r)
 {
     sigset_t all, old;
     sigfillset(&all);
@@ -126,6 +127,7 @@ static int start_threads(struct fmem_region *r)
         }
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    r->running = rc == 0;
     return rc ? FMEM_ENOMEM : 0;
 }
 
@@ -175,15 +177,19 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
     if (r->prefetch > MAX_WINDOW_BYTES / unit) /* the staging buffer */
         r->prefetch = (unsigned)(MAX_WINDOW_BYTES / unit);
     r->seq_next = NO_UNIT;
-    if ((rc = init_sync(r)) != 0) {
+    if ((rc = region_init_sync(r)) != 0) {
         free(r);
         return rc;
     }
+    fork_objects_lock();
     if ((rc = init_tables(r)) != 0 || (rc = init_mapping(r)) != 0 ||
-        (rc = start_threads(r)) != 0) {
+        (rc = region_start_threads(r)) != 0) {
+        fork_objects_unlock();
         region_free(r);
         return rc;
     }
+    region_fork_watch(r);
+    fork_objects_unlock();
     *out = r;
     return 0;
 }
@@ -192,6 +198,10 @@ int fmem_region_destroy(fmem_region *r)
 {
     if (!r)
         return FMEM_EINVAL;
+    fork_objects_lock();
+    fork_watch_remove(&r->fork);
+    if (!r->running) /* a fork child that could not restart them */
+        goto gone;
     pthread_mutex_lock(&r->lock);
     r->stop_writer = 1;
     region_kick_writer(r);
@@ -202,8 +212,10 @@ int fmem_region_destroy(fmem_region *r)
     pthread_mutex_unlock(&r->lock);
     region_kick_handler(r);
     pthread_join(r->handler, NULL);
+gone:
     remote_free_all(r);
     region_free(r);
+    fork_objects_unlock();
     return 0;
 }
 
@@ -235,10 +247,8 @@ static void handler_barrier(struct fmem_region *r)
     pthread_mutex_unlock(&r->lock);
 }
 
-int fmem_region_flush(fmem_region *r)
+static int region_flush(fmem_region *r)
 {
-    if (!r)
-        return FMEM_EINVAL;
     handler_barrier(r);
     pthread_mutex_lock(&r->lock);
     uint64_t t = ++r->flush_req;
@@ -250,14 +260,8 @@ int fmem_region_flush(fmem_region *r)
     return rc;
 }
 
-int fmem_region_release(fmem_region *r, size_t offset, size_t len)
+static int region_release(fmem_region *r, size_t offset, size_t len)
 {
-    if (!r || (offset | len) & (UFFD_PAGE - 1))
-        return FMEM_EINVAL;
-    if (offset > r->size || len > r->size - offset)
-        return FMEM_ERANGE;
-    if (len == 0)
-        return 0;
     /* the handler sees the removal event and frees the pool space */
     if (madvise(r->base + offset, len, MADV_DONTNEED) < 0)
         return FMEM_EIO;
@@ -265,10 +269,8 @@ int fmem_region_release(fmem_region *r, size_t offset, size_t len)
     return 0;
 }
 
-int fmem_region_stats(fmem_region *r, fmem_region_stats_t *out)
+static int region_stats(fmem_region *r, fmem_region_stats_t *out)
 {
-    if (!r || !out)
-        return FMEM_EINVAL;
     memset(out, 0, sizeof *out);
     const struct region_counters *c = &r->st;
     out->faults = atomic_load(&c->faults);
@@ -291,4 +293,45 @@ int fmem_region_stats(fmem_region *r, fmem_region_stats_t *out)
     out->cached_bytes = (uint64_t)(r->cap - r->nfree) * r->unit;
     pthread_mutex_unlock(&r->lock);
     return 0;
+}
+
+/* ---- the public calls that wait for the region's threads: inside the
+ * fork gate (fork.h), and refused where a fork child lost the threads */
+
+int fmem_region_flush(fmem_region *r)
+{
+    if (!r)
+        return FMEM_EINVAL;
+    if (!r->running)
+        return FMEM_EIO;
+    fork_gate_enter();
+    int rc = region_flush(r);
+    fork_gate_leave();
+    return rc;
+}
+
+int fmem_region_release(fmem_region *r, size_t offset, size_t len)
+{
+    if (!r || (offset | len) & (UFFD_PAGE - 1))
+        return FMEM_EINVAL;
+    if (offset > r->size || len > r->size - offset)
+        return FMEM_ERANGE;
+    if (len == 0)
+        return 0;
+    if (!r->running)
+        return FMEM_EIO;
+    fork_gate_enter();
+    int rc = region_release(r, offset, len);
+    fork_gate_leave();
+    return rc;
+}
+
+int fmem_region_stats(fmem_region *r, fmem_region_stats_t *out)
+{
+    if (!r || !out)
+        return FMEM_EINVAL;
+    fork_gate_enter();
+    int rc = region_stats(r, out);
+    fork_gate_leave();
+    return rc;
 }

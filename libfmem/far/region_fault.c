@@ -365,8 +365,11 @@ void *region_handler_main(void *arg)
 {
     struct fmem_region *r = arg;
     int retry = 0, nospace = 0;
+    fork_gate_exempt();
     for (;;) {
         pthread_mutex_lock(&r->lock);
+        if (r->fork_park)
+            region_park_handler(r);
         int stop = r->stop_handler, space = r->nfree > 0;
         if (r->barrier_done != r->barrier_req) {
             r->barrier_done = r->barrier_req;

@@ -21,6 +21,7 @@
 
 #include "fmem.h"
 #include "fmem_far.h"
+#include "fork.h"
 #include "uffd.h"
 
 enum unit_state {
@@ -112,6 +113,11 @@ struct fmem_region {
     int flush_rc;
     int stop_writer, stop_handler;
     int space_wanted; /* the handler waits for free slots */
+    /* fork (region_fork.c): both threads park at a safe point */
+    struct fork_watch fork;
+    int fork_park, writer_parked, handler_parked;
+    pthread_cond_t park_cv; /* the parked handler waits here */
+    int running;            /* the two threads run (0: a child lost them) */
 
     /* handler-private */
     char *buf;               /* fetch buffer, prefetch window or one unit */
@@ -157,6 +163,16 @@ int remote_writeback(struct fmem_region *r, uint32_t u, fmem_handle h, uint64_t 
 int remote_zero_pages(struct fmem_region *r, uint32_t u, uint64_t pages);
 fmem_handle remote_handle(struct fmem_region *r, uint32_t u, uint64_t *off);
 void remote_free_all(struct fmem_region *r);
+
+/* region.c */
+int region_init_sync(struct fmem_region *r);
+int region_start_threads(struct fmem_region *r);
+/* region_fork.c */
+void region_fork_watch(struct fmem_region *r); /* watch lock held */
+/* Park the calling region thread while a fork is being prepared (lock
+ * held; returns when the fork is over). */
+void region_park_writer(struct fmem_region *r);
+void region_park_handler(struct fmem_region *r);
 
 /* region_fault.c */
 void *region_handler_main(void *arg);

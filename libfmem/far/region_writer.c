@@ -238,6 +238,8 @@ static void do_flush(struct fmem_region *r)
     uint64_t target = r->flush_req;
     int rc = 0;
     for (uint32_t slot = 0; slot < r->cap; slot++) {
+        if (r->fork_park)
+            region_park_writer(r);
         if (need_evict(r))
             evict_batch(r);
         uint32_t u = r->ring[slot];
@@ -256,9 +258,12 @@ void *region_writer_main(void *arg)
 {
     struct fmem_region *r = arg;
     atomic_store(&r->writer_tid, (pid_t)syscall(SYS_gettid));
+    fork_gate_exempt();
     pthread_mutex_lock(&r->lock);
     while (!r->stop_writer) {
-        if (r->flush_done != r->flush_req)
+        if (r->fork_park)
+            region_park_writer(r);
+        else if (r->flush_done != r->flush_req)
             do_flush(r);
         else if (need_evict(r))
             evict_batch(r);

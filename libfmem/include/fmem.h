@@ -94,7 +94,8 @@ typedef struct fmem_stats_t {
 /* Open a pool.
  *   uri == NULL or "": the URI in $FMEM_URI, else an in-process pool of
  *   FMEM_DEFAULT_SIZE (mem:).
- *   "mem:?size=256M"          anonymous in-process pool (memfd)
+ *   "mem:?size=256M"          anonymous in-process pool (private memory:
+ *                             a fork() child gets a copy-on-write snapshot)
  *   "shm:/NAME?size=1G"       named pool in /dev/shm, shared by processes;
  *                             created when absent (size needed), else opened
  *   "file:/PATH?size=1G"      named pool in any file (e.g. on hugetlbfs)
