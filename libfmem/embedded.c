@@ -107,6 +107,9 @@ static int emb_read(fmem_pool *p, const fmem_handle *h, uint64_t offset, void *d
 static int emb_write(fmem_pool *p, const fmem_handle *h, uint64_t offset, const void *src, size_t len);
 static int emb_stats(fmem_pool *p, fmem_stats_t *st);
 
+static int emb_fork_child(fmem_pool *p);
+static int emb_fork_identity(fmem_pool *p);
+
 static const struct pool_ops embedded_ops = {
     .alloc = emb_alloc,
     .free = emb_free,
@@ -116,6 +119,8 @@ static const struct pool_ops embedded_ops = {
     .write = emb_write,
     .stats = emb_stats,
     .close = emb_close,
+    .fork_child = emb_fork_child,
+    .fork_identity = emb_fork_identity,
 };
 
 int embedded_open(const char *uri, bool admin, fmem_pool **out)
@@ -160,6 +165,8 @@ out:
         return rc;
     }
     p->ops = &embedded_ops;
+    for (unsigned i = 0; i < p->nnodes; i++) /* files or RDMA: not ours alone */
+        p->shared |= !p->nodes[i]->tp->base || shm_transport_shared(p->nodes[i]->tp);
     *out = p;
     return 0;
 }
@@ -175,9 +182,96 @@ static void emb_close(fmem_pool *p)
         if (atomic_load(&p->allocs))
             node_release_blocks(p->nodes[i]);
         node_close(p->nodes[i]);
-        tp_close(tp);
+        /* a fork child leaves the parent's queue pairs alone: closing them
+         * here would close them for the parent */
+        if (!(p->fork_lost && !tp->base))
+            tp_close(tp);
     }
     free(p);
+}
+
+/* ---- fork() of a shared pool (pool_fork.c) -------------------------------- */
+
+struct keep_walk {
+    fmem_pool *p;
+    unsigned index;
+    int rc;
+};
+
+/* A block the process held (its latest log entry is our allocation):
+ * keep a private copy where it is mapped. */
+static void keep_held(struct node *n, uint64_t c, uint64_t e, void *arg)
+{
+    struct keep_walk *k = arg;
+    unsigned log2c = log_log2(e);
+    if (c & ((UINT64_C(1) << log2c) - 1))
+        return; /* a later section of a block of several */
+    uint64_t cap;
+    int rc = tp_read(n->tp, key_off(n, c, log2c), &cap, 8) < 0 ? FMEM_EIO : 0;
+    if (rc == 0) {
+        fmem_handle h = {.addr = c << CHUNK_SHIFT, .length = FMEM_CHUNK_SIZE << log2c,
+                         .rkey = cap_main(cap), .node = (uint16_t)k->index};
+        char *at = (char *)n->tp->base + data_off(n, c);
+        rc = pool_fork_keep(k->p, &h, at, at);
+    }
+    if (rc && !k->rc)
+        k->rc = rc;
+}
+
+/* In the child: private copies of our blocks on nodes other processes
+ * share, the pool mapped anew, and a user id of our own on them. A node
+ * over RDMA is out of reach: its queue pairs are the parent's. */
+static int emb_fork_child(fmem_pool *p)
+{
+    int rc = 0;
+    for (unsigned i = 0; i < p->nnodes; i++) {
+        struct node *n = p->nodes[i];
+        if (!n->tp->base) {
+            p->fork_lost = true;
+            n->owns_uid = false; /* nothing may go out on those queue pairs */
+            rc = FMEM_ENOTSUP;
+            continue;
+        }
+        if (!shm_transport_shared(n->tp))
+            continue; /* private memory: the kernel copied it */
+        node_flush_all(n, 0, NULL);
+        struct keep_walk k = {.p = p, .index = i};
+        int64_t scanned = node_walk_allocs(n, n->uid, keep_held, &k);
+        int r = scanned < 0 ? (int)scanned : k.rc;
+        void *old;
+        size_t len;
+        int m = shm_transport_remap(n->tp, &old, &len);
+        if (m == 0)
+            m = pool_fork_view(p, old, len);
+        /* the parent's user id stays the parent's; ours comes with our
+         * first allocation or free (emb_fork_identity) */
+        if (n->owns_uid) {
+            n->owns_uid = false;
+            n->fork_claim = true;
+            n->uid = 0;
+        }
+        if (!rc)
+            rc = r ? r : m;
+    }
+    return rc;
+}
+
+static int emb_fork_identity(fmem_pool *p)
+{
+    for (unsigned i = 0; i < p->nnodes; i++) {
+        struct node *n = p->nodes[i];
+        unsigned uid;
+        if (!n->fork_claim)
+            continue;
+        int rc = node_claim_uid_for(n, node_own_pid(n), &uid);
+        if (rc)
+            return rc;
+        n->uid = uid;
+        n->owns_uid = true;
+        n->slot_pid = node_own_pid(n);
+        n->fork_claim = false;
+    }
+    return 0;
 }
 
 static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out)

@@ -1,6 +1,8 @@
 /* fork.c - the atfork handlers, the gate and the watch list (fork.h). */
 #include "fork.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -118,7 +120,19 @@ void fork_gate_exempt(void)
 
 /* ---- watches --------------------------------------------------------------- */
 
-void fork_objects_lock(void) { pthread_mutex_lock(&watch_mu); }
+static void register_handlers(void);
+static pthread_once_t registered = PTHREAD_ONCE_INIT;
+
+/* The handlers are registered with the first object, not when the library
+ * loads: glibc runs child handlers in the order they were registered, and a
+ * malloc interposer that holds its own lock across fork (ours does) must
+ * release it in the child before our child handlers allocate. Registering
+ * before the lock is taken means no fork can see it held unprepared. */
+void fork_objects_lock(void)
+{
+    pthread_once(&registered, register_handlers);
+    pthread_mutex_lock(&watch_mu);
+}
 void fork_objects_unlock(void) { pthread_mutex_unlock(&watch_mu); }
 
 void fork_watch_add(struct fork_watch *w)
@@ -169,6 +183,25 @@ static void drain_gate(void)
     }
 }
 
+/* fork_sync_child: the child writes a byte when its handlers are done;
+ * the parent reads it, or end of file if the child died first. */
+static int sync_pipe[2] = {-1, -1};
+static bool sync_wanted;
+
+void fork_sync_child(void)
+{
+    sync_wanted = true;
+}
+
+static void sync_close(void)
+{
+    for (int i = 0; i < 2; i++)
+        if (sync_pipe[i] >= 0)
+            close(sync_pipe[i]);
+    sync_pipe[0] = sync_pipe[1] = -1;
+    sync_wanted = false;
+}
+
 static void prepare(void)
 {
     pthread_mutex_lock(&watch_mu);
@@ -180,10 +213,20 @@ static void prepare(void)
         for (struct fork_watch *w = watches[l]; w; w = w->next)
             if (w->prepare)
                 w->prepare(w);
+    if (sync_wanted && pipe2(sync_pipe, O_CLOEXEC) < 0)
+        sync_pipe[0] = sync_pipe[1] = -1; /* no descriptors: no wait */
 }
 
 static void parent(void)
 {
+    if (sync_pipe[0] >= 0) {
+        close(sync_pipe[1]);
+        sync_pipe[1] = -1;
+        char c;
+        while (read(sync_pipe[0], &c, 1) < 0 && errno == EINTR)
+            ;
+    }
+    sync_close();
     for (int l = 0; l < FORK_NLEVELS; l++)
         for (struct fork_watch *w = watches[l]; w; w = w->next)
             if (w->parent)
@@ -206,14 +249,20 @@ static void child(void)
     pthread_mutex_unlock(&recs_mu);
     membarrier_register();
     atomic_store(&fork_gate_closed, 0);
+    /* Unlocked before the handlers run: one may allocate, and a malloc
+     * interposer (ours) may open a pool of its own for that. A watch added
+     * now goes to the head of its list, behind the walk. */
+    pthread_mutex_unlock(&watch_mu);
     for (int l = 0; l < FORK_NLEVELS; l++)
         for (struct fork_watch *w = watches[l]; w; w = w->next)
             if (w->child)
                 w->child(w);
-    pthread_mutex_unlock(&watch_mu);
+    if (sync_pipe[1] >= 0)
+        (void)!write(sync_pipe[1], "", 1);
+    sync_close();
 }
 
-__attribute__((constructor)) static void fork_init(void)
+static void register_handlers(void)
 {
     exit_key_ok = pthread_key_create(&exit_key, thread_gone) == 0;
     membarrier_register();

@@ -38,6 +38,11 @@ struct fork_watch {
     struct fork_watch *prev, *next;
 };
 
+/* From a prepare handler: the parent waits, before its own parent
+ * handlers run, until the child has run all of its child handlers (or
+ * died). For children that copy what the parent must not change first. */
+void fork_sync_child(void);
+
 /* The watch lock: held while an object is created or destroyed. */
 void fork_objects_lock(void);
 void fork_objects_unlock(void);

@@ -33,6 +33,7 @@ struct node {
     uint32_t slot_pid; /* what this client wrote into its user slot */
     char *path;       /* a named pool's metadata file (its session table
                        * is next to it), or NULL */
+    bool fork_claim;  /* a fork child that has yet to claim its own slot */
     bool remote_regen; /* a memory node refills backup keys (service mode) */
     /* this client's caches of the section and span headers; refreshed only
      * when a CAS fails or a search comes up empty */
@@ -112,6 +113,17 @@ int node_free_as(struct node *n, uint64_t chunk, unsigned log2_chunks, unsigned 
 int node_free_section_as(struct node *n, uint64_t x, unsigned p, unsigned uid);
 /* 0 if (chunk, log2, rkey) names a live allocation, else FMEM_E*. */
 int node_check_access(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rkey);
+
+/* recovery.c */
+struct fmem_recovery_stats;
+/* Flush every pending temporary log of the node; with uid != 0 also finish
+ * that user's half-done span moves. st may be NULL. */
+void node_flush_all(struct node *n, unsigned uid, struct fmem_recovery_stats *st);
+/* Call fn for each full log entry recording an allocation by uid (flush
+ * first). Returns the entries scanned, or a negative FMEM_E*. */
+int64_t node_walk_allocs(struct node *n, unsigned uid,
+                         void (*fn)(struct node *n, uint64_t chunk, uint64_t e, void *arg),
+                         void *arg);
 
 /* redolog.c */
 /* Flush the temporary log held in header value `h` of span `s` (span header)

@@ -27,6 +27,8 @@ int fmem_open(const char *uri, fmem_pool **out)
     int rc = service_uri(uri) /* unix:/PATH, fmem://...: an allocation service */
                  ? service_open(uri, out)
                  : embedded_open(uri, false, out);
+    if (rc == 0)
+        pool_fork_watch(*out);
     fork_objects_unlock();
     return rc;
 }
@@ -42,6 +44,8 @@ int fmem_open_admin(const char *uri, fmem_pool **out)
         return FMEM_ENOTSUP;
     fork_objects_lock();
     int rc = embedded_open(uri, true, out);
+    if (rc == 0)
+        pool_fork_watch(*out);
     fork_objects_unlock();
     return rc;
 }
@@ -51,15 +55,28 @@ void fmem_close(fmem_pool *p)
     if (!p)
         return;
     fork_objects_lock();
+    pool_fork_unwatch(p);
     p->ops->close(p);
     fork_objects_unlock();
 }
 
-/* Every call on an open pool runs inside the fork gate (fork.h). */
+/* Every call on an open pool runs inside the fork gate (fork.h). In a
+ * fork child of a shared pool, handles of inherited blocks name private
+ * copies (pool_fork.c), which GATED_HANDLE asks about first. */
 #define GATED(call)                                                                                \
     do {                                                                                           \
         fork_gate_enter();                                                                         \
         int rc_ = (call);                                                                          \
+        fork_gate_leave();                                                                         \
+        return rc_;                                                                                \
+    } while (0)
+#define GATED_HANDLE(op, h, off, buf, len, call)                                                   \
+    do {                                                                                           \
+        fork_gate_enter();                                                                         \
+        int rc_ = __builtin_expect(p->copies != NULL, 0) ? pool_fork_call(p, op, h, off, buf, len) \
+                                                         : 1;                                      \
+        if (rc_ == 1)                                                                              \
+            rc_ = __builtin_expect(p->fork_lost, 0) ? FMEM_EIO : (call);                           \
         fork_gate_leave();                                                                         \
         return rc_;                                                                                \
     } while (0)
@@ -69,14 +86,30 @@ int fmem_alloc(fmem_pool *p, size_t size, fmem_handle *out)
     if (!p || !out)
         return FMEM_EINVAL;
     memset(out, 0, sizeof *out);
-    GATED(p->ops->alloc(p, size, out));
+    fork_gate_enter();
+    int rc = __builtin_expect(p->fork_lost, 0)       ? FMEM_EIO
+             : __builtin_expect(p->fork_identity, 0) ? pool_fork_identity(p)
+                                                     : 0;
+    if (rc == 0)
+        rc = p->ops->alloc(p, size, out);
+    if (rc == 0 && __builtin_expect(p->copies != NULL, 0) && pool_fork_collides(p, out)) {
+        /* its handle would name a copy: take another, then give it back */
+        fmem_handle again = {0};
+        rc = p->ops->alloc(p, size, &again);
+        p->ops->free(p, out);
+        *out = again;
+    }
+    fork_gate_leave();
+    return rc;
 }
 
 int fmem_free(fmem_pool *p, const fmem_handle *h)
 {
     if (!p || !h)
         return FMEM_EINVAL;
-    GATED(p->ops->free(p, h));
+    GATED_HANDLE(POOL_FORK_FREE, h, 0, NULL, 0,
+                 __builtin_expect(p->fork_identity, 0) && pool_fork_identity(p) ? FMEM_EBUSY
+                                                                                : p->ops->free(p, h));
 }
 
 int fmem_map(fmem_pool *p, const fmem_handle *h, void **ptr)
@@ -86,7 +119,7 @@ int fmem_map(fmem_pool *p, const fmem_handle *h, void **ptr)
     *ptr = NULL;
     if (!p || !h)
         return FMEM_EINVAL;
-    GATED(p->ops->map(p, h, ptr));
+    GATED_HANDLE(POOL_FORK_MAP, h, 0, ptr, 0, p->ops->map(p, h, ptr));
 }
 
 int fmem_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr)
@@ -98,21 +131,22 @@ int fmem_remote(fmem_pool *p, const fmem_handle *h, uint64_t *remote_addr)
         return FMEM_EINVAL;
     if (!p->ops->remote)
         return FMEM_ENOTSUP;
-    GATED(p->ops->remote(p, h, remote_addr));
+    GATED_HANDLE(POOL_FORK_REMOTE, h, 0, NULL, 0, p->ops->remote(p, h, remote_addr));
 }
 
 int fmem_read(fmem_pool *p, const fmem_handle *h, uint64_t offset, void *dst, size_t len)
 {
     if (!p || !h || (!dst && len))
         return FMEM_EINVAL;
-    GATED(p->ops->read(p, h, offset, dst, len));
+    GATED_HANDLE(POOL_FORK_READ, h, offset, dst, len, p->ops->read(p, h, offset, dst, len));
 }
 
 int fmem_write(fmem_pool *p, const fmem_handle *h, uint64_t offset, const void *src, size_t len)
 {
     if (!p || !h || (!src && len))
         return FMEM_EINVAL;
-    GATED(p->ops->write(p, h, offset, src, len));
+    GATED_HANDLE(POOL_FORK_WRITE, h, offset, (void *)src, len,
+                 p->ops->write(p, h, offset, src, len));
 }
 
 int fmem_stats(fmem_pool *p, fmem_stats_t *st)
@@ -165,7 +199,9 @@ const char *fmem_strerror(int err)
     case FMEM_EBADHANDLE: return "the handle does not name an allocation";
     case FMEM_ECORRUPT: return "the pool file is corrupt or not an fmem pool";
     case FMEM_EIO: return "a system call failed";
-    case FMEM_EACCES: return "the handle's key does not grant access";
+    case FMEM_EACCES:
+        return "access denied: the handle's key does not grant access, or the service does "
+               "not admit this user";
     case FMEM_EURI: return "the pool URI cannot be parsed";
     case FMEM_ENOTSUP: return "the transport does not support this operation";
     case FMEM_ERANGE: return "offset or length outside the allocation";

@@ -2,9 +2,11 @@
 #ifndef FMEM_POOL_INTERNAL_H
 #define FMEM_POOL_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "fmem.h"
+#include "fork.h"
 #include "node.h"
 #include "uri.h"
 
@@ -18,6 +20,14 @@ struct pool_ops {
     int (*write)(fmem_pool *p, const fmem_handle *h, uint64_t off, const void *src, size_t len);
     int (*stats)(fmem_pool *p, fmem_stats_t *st);
     void (*close)(fmem_pool *p);
+    /* In the child of fork(), for a pool other processes share (NULL: the
+     * pool is private, the kernel's copy-on-write does it all): keep a
+     * private copy of every block the process held (pool_fork_keep), hand
+     * over old mappings (pool_fork_view), take an identity of its own. */
+    int (*fork_child)(fmem_pool *p);
+    /* Later, before the child's first allocation or free (fork_mu held):
+     * take its own identity. */
+    int (*fork_identity)(fmem_pool *p);
 };
 
 struct fmem_pool {
@@ -29,7 +39,37 @@ struct fmem_pool {
     _Atomic unsigned rr; /* round-robin cursor over nodes */
     _Atomic uint64_t allocs, frees, failed_allocs, max_retries;
     _Atomic uint64_t size_class[FMEM_SIZE_CLASSES];
+    /* fork (pool_fork.c) */
+    struct fork_watch fork;
+    bool shared;                /* other processes use the pool too */
+    struct fork_copies *copies; /* a fork child's copies of inherited blocks */
+    _Atomic bool fork_identity; /* a fork child takes an identity of its own
+                                 * on its first allocation or free */
+    bool fork_lost;             /* a fork child that cannot reach the pool at
+                                 * all (the parent's RDMA connections) */
+    pthread_mutex_t fork_mu;    /* taking that identity */
 };
+
+/* pool_fork.c */
+void pool_fork_watch(fmem_pool *p); /* watch lock held */
+void pool_fork_unwatch(fmem_pool *p);
+/* In fork_child: the process held h, mapped at `at` (NULL: not mapped);
+ * its bytes are at src (== at when mapped). */
+int pool_fork_keep(fmem_pool *p, const fmem_handle *h, char *at, const void *src);
+/* An old mapping of the pool, sealed after fork_child except for copies. */
+int pool_fork_view(fmem_pool *p, void *start, size_t len);
+/* A call on a handle in a pool with copies: 1 if h is not a copy (the
+ * backend's), else the call's result. MAP: buf is a void **. */
+enum pool_fork_op { POOL_FORK_FREE, POOL_FORK_MAP, POOL_FORK_REMOTE, POOL_FORK_READ, POOL_FORK_WRITE };
+int pool_fork_call(fmem_pool *p, enum pool_fork_op op, const fmem_handle *h, uint64_t off,
+                   void *buf, size_t len);
+void pool_fork_release(fmem_pool *p);
+/* A new block that has the (place, key) of a copy: one chance in 2^32 that
+ * a block the parent freed comes back with the same key. */
+bool pool_fork_collides(fmem_pool *p, const fmem_handle *h);
+/* A fork child's first allocation or free: take its own identity (0 or
+ * FMEM_E*, e.g. FMEM_EBUSY: no free user id). */
+int pool_fork_identity(fmem_pool *p);
 
 /* admin: open without a user slot (fmem_open_admin): no allocation, no
  * free, never creates a pool. */

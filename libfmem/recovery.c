@@ -4,8 +4,10 @@
  * half-done, then walk the full log and free each block whose latest entry
  * is an allocation by that user. Frees go through the ordinary CAS protocol,
  * so they race with live users exactly like another client would. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "fmem_admin.h"
@@ -22,8 +24,13 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void flush_all(struct node *n, unsigned uid, fmem_recovery_stats *st)
+/* Flush every pending temporary log of the node; with uid != 0 also
+ * finish that user's half-done span moves. st may be NULL. */
+void node_flush_all(struct node *n, unsigned uid, fmem_recovery_stats *st)
 {
+    fmem_recovery_stats dummy;
+    if (!st)
+        st = &dummy;
     node_forget_flushed(n);
     node_refresh_all(n);
     for (uint64_t x = 0; x < n->g.nsections; x++) {
@@ -64,31 +71,52 @@ static void free_entry(struct node *n, uint64_t c, uint64_t e, fmem_recovery_sta
     }
 }
 
+/* Call fn for every full log entry that records an allocation by uid
+ * (the caller flushed the temporary logs). Returns entries scanned or a
+ * negative FMEM_E*. */
+int64_t node_walk_allocs(struct node *n, unsigned uid,
+                         void (*fn)(struct node *n, uint64_t chunk, uint64_t e, void *arg), void *arg)
+{
+    /* mmap, not malloc: this runs in fork handlers too, where a malloc
+     * interposer may not be ready */
+    uint64_t *buf = mmap(NULL, 8 * LOG_BATCH, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                         -1, 0);
+    if (buf == MAP_FAILED)
+        return FMEM_ENOMEM;
+    int64_t rc = (int64_t)n->g.nchunks;
+    for (uint64_t base = 0; base < n->g.nchunks; base += LOG_BATCH) {
+        uint64_t cnt = n->g.nchunks - base < LOG_BATCH ? n->g.nchunks - base : LOG_BATCH;
+        if (tp_read(n->tp, log_off(n, base), buf, 8 * cnt) < 0) {
+            rc = FMEM_EIO;
+            break;
+        }
+        for (uint64_t i = 0; i < cnt; i++) {
+            uint64_t e = buf[i];
+            if (log_valid(e) && log_alloc(e) && log_uid(e) == uid)
+                fn(n, base + i, e, arg);
+        }
+    }
+    munmap(buf, 8 * LOG_BATCH);
+    return rc;
+}
+
+static void free_found(struct node *n, uint64_t chunk, uint64_t e, void *st)
+{
+    free_entry(n, chunk, e, st);
+}
+
 /* Flush, finish uid's span moves, and free every block whose latest entry
  * is an allocation by uid. The user slot is left as it is. */
 static int reclaim(struct node *n, unsigned uid, fmem_recovery_stats *st)
 {
     uint64_t before = st->logs_flushed;
     uint64_t log_cas0 = tp_trace.log_cas;
-    flush_all(n, uid, st);
+    node_flush_all(n, uid, st);
     st->logs_flushed = before + (tp_trace.log_cas - log_cas0);
-    uint64_t *buf = malloc(8 * LOG_BATCH);
-    if (!buf)
-        return FMEM_ENOMEM;
-    for (uint64_t base = 0; base < n->g.nchunks; base += LOG_BATCH) {
-        uint64_t cnt = n->g.nchunks - base < LOG_BATCH ? n->g.nchunks - base : LOG_BATCH;
-        if (tp_read(n->tp, log_off(n, base), buf, 8 * cnt) < 0) {
-            free(buf);
-            return FMEM_EIO;
-        }
-        st->entries_scanned += cnt;
-        for (uint64_t i = 0; i < cnt; i++) {
-            uint64_t e = buf[i];
-            if (log_valid(e) && log_alloc(e) && log_uid(e) == uid)
-                free_entry(n, base + i, e, st);
-        }
-    }
-    free(buf);
+    int64_t scanned = node_walk_allocs(n, uid, free_found, st);
+    if (scanned < 0)
+        return (int)scanned;
+    st->entries_scanned += (uint64_t)scanned;
     return 0;
 }
 
@@ -178,8 +206,7 @@ int fmem_recover_leaked(fmem_pool *p, fmem_recovery_stats *out)
     for (unsigned i = 0; i < p->nnodes && rc == 0; i++) {
         struct node *n = p->nodes[i];
         memset(leaked, 0, MAX_UID + 1);
-        fmem_recovery_stats scan = {0};
-        flush_all(n, 0, &scan); /* so that the log holds every latest operation */
+        node_flush_all(n, 0, NULL); /* so that the log holds every latest operation */
         rc = find_leaked(n, leaked);
         for (unsigned u = 1; u <= MAX_UID && rc == 0; u++) {
             if (!leaked[u] || u == n->uid)

@@ -130,5 +130,11 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
  * for a private (mem:) pool, which has none. */
 int shm_transport_meta_fd(const struct transport *t);
 int shm_transport_data_fd(const struct transport *t);
+/* A shm transport over files, which other processes may map too. */
+bool shm_transport_shared(const struct transport *t);
+/* Map the pool's files again at a new address (t->base changes); the old
+ * mapping stays where it was and is now the caller's: its range is
+ * returned. For a fork child (pool_fork.c). */
+int shm_transport_remap(struct transport *t, void **old_start, size_t *old_len);
 
 #endif

@@ -207,6 +207,27 @@ static int map_pool(struct shm_transport *s, uint64_t meta, uint64_t data)
     return 0;
 }
 
+bool shm_transport_shared(const struct transport *t)
+{
+    return t->ops == &shm_ops && ((const struct shm_transport *)t)->meta_fd >= 0;
+}
+
+int shm_transport_remap(struct transport *t, void **old_start, size_t *old_len)
+{
+    struct shm_transport *s = (struct shm_transport *)t;
+    void *map_base = s->map_base;
+    size_t map_len = s->map_len;
+    int rc = map_pool(s, t->meta_size, t->size - t->meta_size);
+    if (rc) {
+        s->map_base = map_base;
+        s->map_len = map_len;
+        return rc;
+    }
+    *old_start = map_base;
+    *old_len = map_len;
+    return 0;
+}
+
 int shm_transport_open(const struct shm_params *p, struct transport **out, int *created)
 {
     struct shm_transport *s = calloc(1, sizeof *s);

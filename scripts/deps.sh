@@ -2,7 +2,7 @@
 # Install the Debian 12 packages fmem needs to build and test (as root, or
 # through sudo). Safe to run again.
 set -e
-PKGS="build-essential autoconf automake libtool pkg-config libcriterion-dev valgrind libpng-dev clang libclang-rt-14-dev libibverbs-dev librdmacm-dev libffi-dev libgmp-dev python3-dev python3-numpy python3-pandas python3-pytest python3-matplotlib python3-mypy python3-pip python3-setuptools python3-wheel liblua5.4-dev xz-utils zlib1g-dev libxml2-dev libssl-dev lua5.4 lua-busted luarocks"
+PKGS="build-essential autoconf automake libtool pkg-config libcriterion-dev valgrind libpng-dev clang libclang-rt-14-dev libibverbs-dev librdmacm-dev libffi-dev libgmp-dev python3-dev python3-numpy python3-pandas python3-pytest python3-matplotlib python3-mypy python3-pip python3-setuptools python3-wheel liblua5.4-dev xz-utils zlib1g-dev libxml2-dev libssl-dev lua5.4 lua-busted luarocks systemd"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -15,6 +15,13 @@ for f in $(grep -lE '^:test-result: (FAIL|ERROR|XPASS)' $(find . -name '*.trs') 
     echo "---- ${log}" ; tail -n 40 "$log"
 done
 [ "$rc" -eq 0 ] || [ "$fail" -gt 0 ] || fail=1
+# attack programs against real daemons (tests/hostile/run.sh): one test
+if make check-hostile >check-hostile.log 2>&1; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1))
+    echo "---- check-hostile.log"; tail -n 40 check-hostile.log
+fi
 # the verbs transport on soft-RoCE, in a VM (when built with rdma-core)
 if [ -x tests/rdma/verbs_serve ]; then # built by make check when rdma-core is there
     if make check-rdma >check-rdma.log 2>&1; then

@@ -6,7 +6,10 @@
  * must be back at its starting usage and the verifier clean, on each side.
  * Also: forks from one thread while others allocate.
  *
- * The pool is $FMEM_TEST_FORK_URI, else an in-process pool (mem:). */
+ * Three suites run the same cases on three kinds of pool: fork (an
+ * in-process pool, mem:, which the kernel copies on write), fork_shm (a
+ * named pool other processes share: the child gets copies of its blocks)
+ * and fork_service (an allocation service: the child connects anew). */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,8 +22,13 @@
 #include <fmem_admin.h>
 #include <fmem_far.h>
 
+#include "test_service_env.h"
+
 static fmem_pool *pool;
 static uint64_t pool_start; /* allocated bytes before the test */
+static bool pool_private;   /* each process has a pool of its own after a fork */
+static char shm_uri[96];
+static struct svc_env env;
 
 static uint64_t pool_used(void)
 {
@@ -28,17 +36,49 @@ static uint64_t pool_used(void)
     return fmem_stats(pool, &st) == 0 ? st.allocated_bytes : UINT64_MAX;
 }
 
-static void open_pool(void)
+static void opened(int rc)
 {
-    const char *uri = getenv("FMEM_TEST_FORK_URI");
-    int rc = fmem_open(uri && *uri ? uri : "mem:?size=256M", &pool);
     cr_assert_eq(rc, 0, "open: %s", fmem_strerror(rc));
     pool_start = pool_used();
 }
 
-static void close_pool(void) { fmem_close(pool); }
+static void open_mem(void)
+{
+    pool_private = true;
+    opened(fmem_open("mem:?size=256M", &pool));
+}
 
-TestSuite(fork, .init = open_pool, .fini = close_pool, .timeout = 120);
+static void open_shm(void)
+{
+    snprintf(shm_uri, sizeof shm_uri, "shm:/fmem-test-fork-%d?size=256M", (int)getpid());
+    opened(fmem_open(shm_uri, &pool));
+}
+
+static void close_shm(void)
+{
+    fmem_close(pool);
+    fmem_unlink(shm_uri);
+}
+
+static void open_service(void)
+{
+    env.pool_size = "256M";
+    env_start_or_fail(&env, 1, NULL);
+    pool = env_app(&env, 0);
+    pool_start = pool_used();
+}
+
+static void close_service(void)
+{
+    fmem_close(pool);
+    env_stop(&env);
+}
+
+static void close_mem(void) { fmem_close(pool); }
+
+TestSuite(fork, .init = open_mem, .fini = close_mem, .timeout = 120);
+TestSuite(fork_shm, .init = open_shm, .fini = close_shm, .timeout = 120);
+TestSuite(fork_service, .init = open_service, .fini = close_service, .timeout = 120);
 
 /* A failed check in either process: say where, and fail (the child exits
  * with status 1, which the parent's wait turns into a test failure). */
@@ -67,15 +107,29 @@ static void fill(unsigned char *p, size_t n, uint64_t seed)
         p[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 9));
 }
 
-static void pool_is_clean(void)
+/* The pool holds what it held at the start, and the verifier finds it
+ * consistent. On a shared pool the other process's blocks count too: only
+ * the parent checks, once the child is gone (final). */
+static void pool_check(bool final)
 {
+    if (!pool_private && !final)
+        return;
     uint64_t used = pool_used();
     CHECK(used == pool_start, "pool usage %llu, started at %llu", (unsigned long long)used,
           (unsigned long long)pool_start);
-    fmem_verify_report rep;
-    CHECK(fmem_verify(pool, &rep, stderr) == 0 && rep.errors == 0, "verifier: %llu errors",
-          (unsigned long long)rep.errors);
+    fmem_verify_report rep = {0};
+    int rc = env.nfmemd ? 0 : fmem_verify(pool, &rep, stderr);
+    uint64_t errors = env.nfmemd ? env_verify_errors(&env) : rep.errors;
+    CHECK(rc == 0 && errors == 0, "verifier: %d, %llu errors", rc, (unsigned long long)errors);
 }
+
+static void pool_is_clean(void) { pool_check(false); }
+
+/* Each case runs in the three suites. */
+#define FORK_CASE(name, call)                                                                      \
+    Test(fork, name) { call; }                                                                     \
+    Test(fork_shm, name) { call; }                                                                 \
+    Test(fork_service, name) { call; }
 
 /* ---- heap objects with shadows ------------------------------------------ */
 
@@ -191,6 +245,9 @@ static void fork_both_orders(side_fn side, void *ctx, int child_first)
     if (!child_first)
         cr_assert_eq(waitpid(pid, &st, 0), pid);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status %#x)", st);
+    if (!pool_private && env.nfmemd) /* fmemd takes back what an exited child held */
+        env_wait_allocated(&env, pool_start, 10000);
+    pool_check(true);
     cr_assert_eq(failures, 0, "the parent failed");
 }
 
@@ -219,8 +276,8 @@ static void heap_case(int child_first)
     fork_both_orders(heap_side, &o, child_first);
 }
 
-Test(fork, heap_child_first) { heap_case(1); }
-Test(fork, heap_parent_first) { heap_case(0); }
+FORK_CASE(heap_child_first, heap_case(1))
+FORK_CASE(heap_parent_first, heap_case(0))
 
 /* ---- regions ------------------------------------------------------------- */
 
@@ -282,8 +339,8 @@ static void region_case(int child_first)
     free(g.shadow);
 }
 
-Test(fork, region_child_first) { region_case(1); }
-Test(fork, region_parent_first) { region_case(0); }
+FORK_CASE(region_child_first, region_case(1))
+FORK_CASE(region_parent_first, region_case(0))
 
 /* ---- a heap inside a region ---------------------------------------------- */
 
@@ -314,8 +371,8 @@ static void hir_case(int child_first)
     fork_both_orders(hir_side, &x, child_first);
 }
 
-Test(fork, heap_in_region_child_first) { hir_case(1); }
-Test(fork, heap_in_region_parent_first) { hir_case(0); }
+FORK_CASE(heap_in_region_child_first, hir_case(1))
+FORK_CASE(heap_in_region_parent_first, hir_case(0))
 
 /* ---- fork from one thread while others allocate ------------------------- */
 
@@ -350,7 +407,7 @@ static void *worker(void *arg)
     return (void *)bad;
 }
 
-Test(fork, fork_while_threads_allocate)
+static void threads_case(void)
 {
     int rc = fmem_heap_new(pool, &shared_heap);
     if (rc == FMEM_ENOTSUP)
@@ -390,8 +447,12 @@ Test(fork, fork_while_threads_allocate)
     cr_assert(children_ok, "a child failed");
     cr_assert_eq(bad, 0, "%ld bytes of the workers' objects changed", bad);
     fmem_heap_destroy(shared_heap);
-    cr_assert_eq(pool_used(), pool_start);
+    if (env.nfmemd)
+        env_wait_allocated(&env, pool_start, 10000);
+    pool_check(true);
+    cr_assert_eq(failures, 0);
 }
+FORK_CASE(fork_while_threads_allocate, threads_case())
 
 /* ---- small objects show no allocator words ------------------------------- */
 

@@ -65,8 +65,17 @@ bool env_start_mnode(struct svc_env *e)
     snprintf(prog, sizeof prog, "%s/tools/fmem-mnode", builddir());
     snprintf(log, sizeof log, "%s/mnode.log", e->dir);
     snprintf(hb, sizeof hb, "%u", e->heartbeat_ms ? e->heartbeat_ms : 1000);
-    char *argv[] = {prog, "--pool", e->pool_uri, "--socket", e->mnode_sock, "--heartbeat-ms", hb,
-                    "--regen-ms", "20", NULL};
+    char *argv[32] = {prog, "--pool", e->pool_uri, "--socket", e->mnode_sock, "--heartbeat-ms", hb,
+                      "--regen-ms", "20"};
+    int n = 9;
+    char buf[256];
+    if (e->mnode_extra) {
+        snprintf(buf, sizeof buf, "%s", e->mnode_extra);
+        for (char *save = NULL, *t = strtok_r(buf, " ", &save); t && n < 30;
+             t = strtok_r(NULL, " ", &save))
+            argv[n++] = t;
+    }
+    argv[n] = NULL;
     unlink(e->mnode_sock);
     e->mnode = env_spawn(log, argv);
     return e->mnode > 0 && env_wait_file(e->mnode_sock, 5000);

@@ -17,6 +17,7 @@ struct svc_env {
     char fmemd_sock[ENV_MAX_FMEMD][128], app_uri[ENV_MAX_FMEMD][136];
     const char *pool_size;  /* default 64M */
     unsigned heartbeat_ms;  /* default 1000 */
+    const char *mnode_extra; /* more fmem-mnode options, space-separated */
     unsigned nfmemd;
     pid_t mnode, fmemd[ENV_MAX_FMEMD];
 };

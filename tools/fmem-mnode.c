@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "service/ids.h"
 #include "service/mnode.h"
 
 static _Atomic int stop;
@@ -27,7 +28,7 @@ static int usage(FILE *f)
             "  --heartbeat-ms N    heartbeat period services must keep (default 1000)\n"
             "  --miss N            missed heartbeats that mean death (default 3)\n"
             "  --regen-ms N        key regenerator period (default 100)\n"
-            "  --allow-uid UID     may register besides root and our own uid\n"
+            "  --allow-uid USER    may register besides root and our own uid (name or id)\n"
             "  --no-fence          do not kill a silent service before recovering it\n"
             "  --rdma ADDR:PORT    serve the pool over RDMA verbs instead of handing its\n"
             "                      files to local services: a memory window per block,\n"
@@ -70,7 +71,12 @@ int main(int argc, char **argv)
         case 'H': c.heartbeat_ms = num("--heartbeat-ms", optarg, 10, 600000); break;
         case 'M': c.miss_limit = num("--miss", optarg, 10, 1000); break;
         case 'r': c.regen_ms = num("--regen-ms", optarg, 10, 60000); break;
-        case 'u': c.allow_uid = (uid_t)num("--allow-uid", optarg, 10, 0xFFFFFFFEu); break;
+        case 'u':
+            if (!svc_parse_uid(optarg, &c.allow_uid)) {
+                fprintf(stderr, "fmem-mnode: --allow-uid: no such user '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'F': c.no_fence = true; break;
         case 'R': c.rdma_addr = optarg; break;
         case 'T': c.token_path = optarg; break;

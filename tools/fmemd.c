@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "service/daemon.h"
+#include "service/ids.h"
 #include "uri.h"
 
 static _Atomic int stop;
@@ -27,12 +28,14 @@ static int usage(FILE *f)
             "                      served over RDMA: rdma://HOST:PORT?token=FILE\n"
             "  --socket PATH       where applications connect (fmem_open(\"unix:PATH\"))\n"
             "  --mode OCTAL        socket file mode (default 0660): who may connect\n"
-            "  --allow-uid UID     may connect besides root and our own uid\n"
-            "  --allow-gid GID     members of this group may connect\n"
+            "  --allow-uid USER    may connect besides root and our own uid (name or id)\n"
+            "  --allow-gid GROUP   members of this group may connect (name or id)\n"
             "  --workers N         worker threads (default: one per core)\n"
             "  --app-max-bytes N   per-application quota (K/M/G suffixes; default none)\n"
             "  --app-max-allocs N  per-application live allocations (default none)\n"
             "  --max-apps N        applications at once (default 256)\n"
+            "  --max-apps-per-uid N  applications of one user at once (default a\n"
+            "                      quarter of --max-apps; root and our own user: any)\n"
             "  --spin-us N         worker spin before sleeping (default 50)\n"
             "  --connect-ms N      wait this long for the memory nodes (default 10000)\n"
             "  --name NAME         shown by fmem status (default fmemd)\n"
@@ -60,6 +63,7 @@ int main(int argc, char **argv)
         {"allow-uid", 1, 0, 'u'},     {"allow-gid", 1, 0, 'g'}, {"workers", 1, 0, 'w'},
         {"app-max-bytes", 1, 0, 'B'}, {"app-max-allocs", 1, 0, 'A'},
         {"max-apps", 1, 0, 'a'},      {"spin-us", 1, 0, 'S'},   {"connect-ms", 1, 0, 'c'},
+        {"max-apps-per-uid", 1, 0, 'U'},
         {"name", 1, 0, 'N'},          {"verbose", 0, 0, 'v'},   {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     int o;
@@ -84,12 +88,23 @@ int main(int argc, char **argv)
             c.socket_mode = (unsigned)m;
             break;
         }
-        case 'u': c.allow_uid = (uid_t)num("--allow-uid", optarg, 0xFFFFFFFEu); break;
-        case 'g': c.allow_gid = (gid_t)num("--allow-gid", optarg, 0xFFFFFFFEu); break;
+        case 'u':
+            if (!svc_parse_uid(optarg, &c.allow_uid)) {
+                fprintf(stderr, "fmemd: --allow-uid: no such user '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'g':
+            if (!svc_parse_gid(optarg, &c.allow_gid)) {
+                fprintf(stderr, "fmemd: --allow-gid: no such group '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'w': c.workers = (unsigned)num("--workers", optarg, 64); break;
         case 'B': c.app_max_bytes = num("--app-max-bytes", optarg, UINT64_MAX); break;
         case 'A': c.app_max_allocs = num("--app-max-allocs", optarg, UINT64_MAX); break;
         case 'a': c.max_apps = (unsigned)num("--max-apps", optarg, 4096); break;
+        case 'U': c.max_apps_per_uid = (unsigned)num("--max-apps-per-uid", optarg, 4096); break;
         case 'S': c.spin_ns = num("--spin-us", optarg, 1000000) * 1000; break;
         case 'c': c.connect_ms = (unsigned)num("--connect-ms", optarg, 3600000); break;
         case 'N': c.name = optarg; break;

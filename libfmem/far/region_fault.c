@@ -368,7 +368,7 @@ void *region_handler_main(void *arg)
     fork_gate_exempt();
     for (;;) {
         pthread_mutex_lock(&r->lock);
-        if (r->fork_park)
+        if (r->fork_park_handler)
             region_park_handler(r);
         int stop = r->stop_handler, space = r->nfree > 0;
         if (r->barrier_done != r->barrier_req) {

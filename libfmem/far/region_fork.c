@@ -44,7 +44,7 @@ void region_park_handler(struct fmem_region *r)
 {
     r->handler_parked = 1;
     pthread_cond_broadcast(&r->done_cv);
-    while (r->fork_park)
+    while (r->fork_park_handler)
         pthread_cond_wait(&r->park_cv, &r->lock);
     r->handler_parked = 0;
 }
@@ -59,6 +59,7 @@ static void fork_prepare(struct fork_watch *w)
     region_kick_writer(r);
     while (!r->writer_parked)
         pthread_cond_wait(&r->done_cv, &r->lock);
+    r->fork_park_handler = 1;
     region_kick_handler(r);
     while (!r->handler_parked)
         pthread_cond_wait(&r->done_cv, &r->lock);
@@ -67,7 +68,7 @@ static void fork_prepare(struct fork_watch *w)
 static void fork_parent(struct fork_watch *w)
 {
     struct fmem_region *r = REGION_OF(w);
-    r->fork_park = 0;
+    r->fork_park = r->fork_park_handler = 0;
     pthread_cond_broadcast(&r->writer_cv);
     pthread_cond_broadcast(&r->park_cv);
     pthread_mutex_unlock(&r->lock);
@@ -117,7 +118,7 @@ static void fork_child(struct fork_watch *w)
     struct fmem_region *r = REGION_OF(w);
     /* the parked threads do not exist here: fresh locks, nobody waiting */
     region_init_sync(r);
-    r->fork_park = r->writer_parked = r->handler_parked = 0;
+    r->fork_park = r->fork_park_handler = r->writer_parked = r->handler_parked = 0;
     r->running = 0;
     r->deferred.n = 0;
     r->nzaps = 0;

@@ -115,7 +115,10 @@ struct fmem_region {
     int space_wanted; /* the handler waits for free slots */
     /* fork (region_fork.c): both threads park at a safe point */
     struct fork_watch fork;
-    int fork_park, writer_parked, handler_parked;
+    int fork_park;          /* the writer parks; then the handler: */
+    int fork_park_handler;  /* only once the writer has (its madvise needs
+                             * the handler to read the removal event) */
+    int writer_parked, handler_parked;
     pthread_cond_t park_cv; /* the parked handler waits here */
     int running;            /* the two threads run (0: a child lost them) */
 

@@ -43,7 +43,8 @@ enum fmem_error {
     FMEM_EBADHANDLE = -5,  /* the handle does not name an allocation */
     FMEM_ECORRUPT = -6,    /* the pool file is corrupt or not an fmem pool */
     FMEM_EIO = -7,         /* a system call failed (see errno) */
-    FMEM_EACCES = -8,      /* the handle's key does not grant access */
+    FMEM_EACCES = -8,      /* the handle's key does not grant access, or the
+                            * service refused this user (SO_PEERCRED) */
     FMEM_EURI = -9,        /* the pool URI cannot be parsed */
     FMEM_ENOTSUP = -10,    /* the transport cannot do this */
     FMEM_ERANGE = -11,     /* offset or length outside the allocation */

@@ -21,9 +21,9 @@
  * still work, but system calls that read or write region memory directly
  * (read(2) into a region buffer, ...) fail with EFAULT for pages that are
  * not cached.
- * Rules: do not fork() while a region is in use (the child does not see
- * far pages), do not mprotect() or mremap() parts of a region, and do not
- * unmap it yourself; fmem_region_destroy() does.
+ * Rules: do not mprotect() or mremap() parts of a region, and do not unmap
+ * it yourself; fmem_region_destroy() does. fork() is fine: the child gets a
+ * copy-on-write snapshot and pages on its own (docs/far-memory.md, "fork").
  *
  * Heaps
  * -----

@@ -42,6 +42,7 @@
 #define CLIENT_SPIN_NS 50000 /* spin for a reply before sleeping */
 
 struct svc_client {
+    char path[108]; /* the service's socket */
     int sock;
     struct ring_hdr *ring;
     unsigned nnodes, app_id;
@@ -107,7 +108,7 @@ static bool service_gone(struct svc_client *c, unsigned node)
     if (atomic_load_explicit(&c->dead, memory_order_relaxed))
         return true;
     bool gone;
-    if (atomic_load_explicit(&c->ring->revoked, memory_order_acquire))
+    if (!c->ring || atomic_load_explicit(&c->ring->revoked, memory_order_acquire))
         gone = true;
     else if (c->sess_word[node])
         gone = atomic_load_explicit(c->sess_word[node], memory_order_acquire) != c->session[node];
@@ -120,7 +121,7 @@ static bool service_gone(struct svc_client *c, unsigned node)
 
 static int call(struct svc_client *c, struct ring_req *req, struct ring_rsp *rsp)
 {
-    if (atomic_load_explicit(&c->dead, memory_order_relaxed) ||
+    if (atomic_load_explicit(&c->dead, memory_order_relaxed) || !c->ring ||
         atomic_load_explicit(&c->ring->revoked, memory_order_acquire))
         return FMEM_EIO;
     int rc = ring_call(c->ring, req, rsp, alive, c, CLIENT_SPIN_NS);
@@ -195,6 +196,10 @@ static int map_session(struct svc_client *c, unsigned i, int fd, unsigned uid, u
 {
     const _Atomic uint64_t *words;
     uint64_t nusers;
+    if (c->sess_map[i]) /* a fork child's new connection: not the parent's table */
+        munmap(c->sess_map[i], c->sess_len[i]);
+    c->sess_map[i] = NULL;
+    c->sess_word[i] = NULL;
     int rc = session_map(fd, &words, &nusers, &c->sess_map[i], &c->sess_len[i]);
     if (rc)
         return rc;
@@ -210,20 +215,23 @@ static int handshake(struct svc_client *c)
 {
     struct msg_app_hello h = {0};
     snprintf(h.name, sizeof h.name, "%s", program_invocation_short_name);
-    if (sock_send_msg(c->sock, MSG_APP_HELLO, 1, &h, sizeof h, NULL, 0) < 0)
-        return FMEM_EIO;
     uint8_t *buf = malloc(MSG_MAX_BYTES);
     if (!buf)
         return FMEM_ENOMEM;
     int fds[SVC_MAX_FDS];
     unsigned nfds = 0;
-    ssize_t n = sock_recv_timeout(c->sock, buf, MSG_MAX_BYTES, fds, SVC_MAX_FDS, &nfds, 10000);
+    /* a refusal (not admitted, too many connections) arrives as MSG_ERROR,
+     * even when fmemd closed the connection before our hello got there */
+    ssize_t n = sock_ask(c->sock, MSG_APP_HELLO, 1, &h, sizeof h, buf, MSG_MAX_BYTES, fds,
+                         SVC_MAX_FDS, &nfds, 10000);
     struct msg m;
     int rc = n > 0 ? msg_decode(buf, (size_t)n, &m) : FMEM_EIO;
     free(buf);
-    if (rc == 0 && m.type == MSG_ERROR)
+    if (rc == 0 && m.type == MSG_ERROR) {
         rc = m.u.error.code;
-    else if (rc == 0 && m.type != MSG_APP_WELCOME)
+        if (rc == FMEM_EACCES)
+            errno = EACCES; /* the service does not admit this user */
+    } else if (rc == 0 && m.type != MSG_APP_WELCOME)
         rc = FMEM_EIO;
     unsigned nshm = 0;
     for (unsigned i = 0; rc == 0 && i < m.u.welcome.nnodes; i++)
@@ -415,9 +423,13 @@ static int cl_write(fmem_pool *p, const fmem_handle *h, uint64_t off, const void
     return cl_copy(p, h, off, (void *)src, len, true);
 }
 
+static int cl_fork_identity(fmem_pool *p);
+
 static int cl_stats(fmem_pool *p, fmem_stats_t *st)
 {
     struct svc_client *c = C(p);
+    if (atomic_load(&p->fork_identity) && pool_fork_identity(p))
+        return FMEM_EIO; /* a fork child with no service to ask */
     uint8_t *buf = malloc(MSG_MAX_BYTES);
     if (!buf)
         return FMEM_ENOMEM;
@@ -439,6 +451,92 @@ static int cl_stats(fmem_pool *p, fmem_stats_t *st)
     return 0;
 }
 
+/* ---- fork() (pool_fork.c) ------------------------------------------------- */
+
+/* A connection of the child's own (fork_mu held, or the child's only thread). */
+static int cl_fork_identity(fmem_pool *p)
+{
+    struct svc_client *c = C(p);
+    c->sock = sock_connect(c->path);
+    int rc = c->sock < 0 ? FMEM_EIO : handshake(c);
+    if (rc && c->sock >= 0) { /* no service: the copies still work; retried */
+        close(c->sock);
+        c->sock = -1;
+    }
+    return rc;
+}
+
+/* The child never speaks on the parent's connection: fmemd would take it
+ * for the parent. It keeps private copies of the blocks the process held
+ * (copied from the mapped data, or over RDMA with its own queue pair) and
+ * connects anew as an application of its own. */
+static int cl_fork_child(fmem_pool *p)
+{
+    struct svc_client *c = C(p);
+    pthread_rwlock_init(&c->lock, NULL);
+    pthread_mutex_init(&c->sock_mu, NULL);
+    struct own_table held = c->held;
+    void *data[SVC_MAX_NODES];
+    uint64_t bytes[SVC_MAX_NODES];
+    unsigned nnodes = c->nnodes;
+    memcpy(data, c->data, sizeof data);
+    memcpy(bytes, c->data_bytes, sizeof bytes);
+    c->held = (struct own_table){0};
+    if (c->sock >= 0)
+        close(c->sock); /* our descriptor only: the parent keeps its own */
+    ring_unmap(c->ring);
+    c->sock = -1;
+    c->ring = NULL;
+    memset(c->data, 0, sizeof c->data);
+    memset(c->rdma, 0, sizeof c->rdma); /* the parent's queue pairs: left alone */
+    c->nnodes = 0;
+    int rc = 0;
+    for (size_t i = 0; i < held.cap && rc == 0; i++) { /* mapped blocks: no connection needed */
+        struct own_entry *e = &held.e[i];
+        unsigned node = own_node(e->key);
+        if (e->key < 2 || node >= nnodes || !data[node])
+            continue;
+        fmem_handle h = {.addr = own_chunk(e->key) << CHUNK_SHIFT,
+                         .length = FMEM_CHUNK_SIZE << e->log2_chunks, .rkey = e->rkey,
+                         .node = (uint16_t)node};
+        char *at = (char *)data[node] + h.addr;
+        rc = pool_fork_keep(p, &h, at, at);
+    }
+    for (unsigned i = 0; i < nnodes; i++)
+        if (data[i])
+            pool_fork_view(p, data[i], bytes[i]);
+    atomic_store(&c->dead, false);
+    /* a connection of our own: with the first allocation or free, unless
+     * blocks over RDMA must be read now with a queue pair of our own */
+    bool remote = false;
+    for (size_t i = 0; i < held.cap; i++)
+        remote |= held.e[i].key >= 2 && own_node(held.e[i].key) < nnodes &&
+                  !data[own_node(held.e[i].key)];
+    int conn = remote ? cl_fork_identity(p) : 0;
+    if (conn == 0 && remote)
+        atomic_store(&p->fork_identity, false);
+    for (size_t i = 0; remote && i < held.cap; i++) { /* blocks over RDMA */
+        struct own_entry *e = &held.e[i];
+        unsigned node = own_node(e->key);
+        if (e->key < 2 || node >= nnodes || data[node])
+            continue;
+        fmem_handle h = {.addr = own_chunk(e->key) << CHUNK_SHIFT,
+                         .length = FMEM_CHUNK_SIZE << e->log2_chunks, .rkey = e->rkey,
+                         .node = (uint16_t)node};
+        void *buf = malloc(h.length);
+        struct transport *t = conn == 0 && node < c->nnodes ? c->rdma[node] : NULL;
+        int r = !buf ? FMEM_ENOMEM
+                : !t ? FMEM_EIO
+                     : tp_read_key(t, t->meta_size + h.addr, buf, h.length, h.rkey);
+        if (r == 0)
+            r = pool_fork_keep(p, &h, NULL, buf);
+        free(buf);
+        rc = rc ? rc : r;
+    }
+    own_free(&held);
+    return rc ? rc : conn;
+}
+
 static const struct pool_ops client_ops = {
     .alloc = cl_alloc,
     .free = cl_free,
@@ -448,6 +546,8 @@ static const struct pool_ops client_ops = {
     .write = cl_write,
     .stats = cl_stats,
     .close = cl_close,
+    .fork_child = cl_fork_child,
+    .fork_identity = cl_fork_identity,
 };
 
 int service_open(const char *uri, fmem_pool **out)
@@ -466,11 +566,14 @@ int service_open(const char *uri, fmem_pool **out)
     p->ops = &client_ops;
     p->backend = c;
     p->nnodes = 0; /* no metadata here: admin calls answer FMEM_ENOTSUP */
+    p->shared = true;
+    memcpy(c->path, path, strlen(path) + 1); /* socket_path() checked: < 108 */
     pthread_rwlock_init(&c->lock, NULL);
     pthread_mutex_init(&c->sock_mu, NULL);
     c->sock = sock_connect(path);
     if (c->sock < 0) {
-        rc = FMEM_EIO;
+        /* the socket file's mode keeps this user out: a refusal too */
+        rc = errno == EACCES || errno == EPERM ? FMEM_EACCES : FMEM_EIO;
     } else {
         rc = handshake(c);
     }

@@ -10,17 +10,19 @@
 #include "node.h"
 #include "service/daemon.h"
 #include "service/own.h"
+#include "service/peer.h"
 #include "service/ring.h"
+#include "service/uidtab.h"
 
 #define MAX_APPS_HARD 4096
 #define MAX_WORKERS 64
 #define WORKER_BATCH 16 /* requests per ring per pass: one flooding ring
                          * cannot starve the others */
+#define PENDING_PER_UID 16 /* connections of one user before their hello */
+#define PENDING_MAX 1024   /* of all users (fewer when descriptors are short) */
 
 struct app {
-    int sock;
-    pid_t pid;
-    uid_t uid;
+    struct peer peer; /* its socket and credentials; control thread only */
     unsigned id;
     char name[MSG_NAME_MAX];
     struct ring_hdr *ring;
@@ -30,6 +32,7 @@ struct app {
     uint64_t bytes, blocks;            /* held now */
     uint64_t allocs, frees, pings, errors, refused_quota;
     unsigned bad_socket_msgs; /* control thread only */
+    struct app *next_dead;    /* the reaper's queue */
 };
 
 struct worker {
@@ -73,14 +76,20 @@ struct fmemd {
     _Atomic unsigned rr;
     struct worker workers[MAX_WORKERS];
     unsigned nworkers;
-    int lfd;
-    struct app **apps; /* control thread only */
-    unsigned napps, next_app_id;
-    /* teardown of departed applications */
+    /* control thread only: the socket, connections before their hello,
+     * applications, and what each user holds of them */
+    struct listener ls;
+    struct peer *pend;
+    unsigned npend, pend_cap;
+    struct app **apps;
+    unsigned napps, next_app_id, max_apps, max_apps_per_uid;
+    struct uidtab uids;
+    /* teardown of departed applications: a queue of any length (each
+     * entry is the application itself), oldest first */
     pthread_t reaper;
     pthread_mutex_t rmu;
     pthread_cond_t rcv;
-    struct app **dead;
+    struct app *dead_head, *dead_tail;
     unsigned ndead, reaping;
     _Atomic int quit;
     _Atomic uint64_t apps_reaped, blocks_reaped, bad_messages;
@@ -104,15 +113,29 @@ void worker_detach(struct worker *w, struct app *a);
 /* Run one decoded request for application a (a->mu held). */
 void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, struct ring_rsp *rsp);
 
+/* daemon_conns.c: the control thread's clients */
+int conns_start(struct fmemd *d);
+void conns_stop(struct fmemd *d);
+void conns_accept(struct fmemd *d, uint64_t now);
+/* A pending connection (before hello) has input or room for output.
+ * false: it is gone from d->pend (index i now holds another). */
+bool pending_event(struct fmemd *d, unsigned i, short revents, uint64_t now);
+void app_event(struct fmemd *d, unsigned i, short revents, uint64_t now);
+/* Drop idle pending connections and peers that do not read. */
+void conns_expire(struct fmemd *d, uint64_t now);
+/* Application i has left: off its worker, its blocks to the reaper. */
+void app_gone(struct fmemd *d, unsigned i);
+
 /* daemon_reaper.c */
 int reaper_start(struct fmemd *d);
 void reaper_stop(struct fmemd *d);
 void reaper_queue(struct fmemd *d, struct app *a);
+void destroy_app(struct app *a);
 /* Give back every block of `a` (a->mu held). Returns blocks freed. */
 uint64_t app_release_all(struct fmemd *d, struct app *a);
 
-/* daemon_status.c */
-void status_send(struct fmemd *d, int fd, uint32_t seq);
-void status_send_map(struct fmemd *d, int fd, uint32_t seq, unsigned node);
+/* daemon_status.c: 0, or -1 when the peer must be dropped */
+int status_send(struct fmemd *d, struct peer *p, uint32_t seq);
+int status_send_map(struct fmemd *d, struct peer *p, uint32_t seq, unsigned node, uint64_t now);
 
 #endif

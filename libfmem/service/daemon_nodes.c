@@ -71,19 +71,17 @@ static int register_node(struct fmemd *d, unsigned i, bool resume)
         return FMEM_EIO;
     struct msg_svc_register r = {.resume_uid = resume ? dn->uid : 0, .pid = (uint32_t)getpid()};
     snprintf(r.name, sizeof r.name, "%s", d->cfg->name ? d->cfg->name : "fmemd");
-    if (sock_send_msg(fd, MSG_SVC_REGISTER, 1, &r, sizeof r, NULL, 0) < 0) {
-        close(fd);
-        return FMEM_EIO;
-    }
     static uint8_t buf[MSG_MAX_BYTES];
     int fds[3];
     unsigned nfds = 0;
-    ssize_t n = sock_recv_timeout(fd, buf, sizeof buf, fds, 3, &nfds, 5000);
+    ssize_t n = sock_ask(fd, MSG_SVC_REGISTER, 1, &r, sizeof r, buf, sizeof buf, fds, 3, &nfds,
+                         5000);
     struct msg m;
     int rc = n > 0 ? msg_decode(buf, (size_t)n, &m) : FMEM_EIO;
-    if (rc == 0 && m.type == MSG_ERROR)
+    if (rc == 0 && m.type == MSG_ERROR) {
         rc = m.u.error.code;
-    else if (rc == 0 && (m.type != MSG_SVC_WELCOME || nfds != 3))
+        dsay(d, "memory node %s refused us: %s", dn->path, m.u.error.text);
+    } else if (rc == 0 && (m.type != MSG_SVC_WELCOME || nfds != 3))
         rc = FMEM_EINVAL;
     if (rc) {
         for (unsigned k = 0; k < nfds; k++)
@@ -224,7 +222,8 @@ void nodes_heartbeat(struct fmemd *d)
         if (dn->fd < 0)
             continue;
         hb.seq = ++dn->hb_seq;
-        sock_send_msg(dn->fd, MSG_HEARTBEAT, (uint32_t)hb.seq, &hb, sizeof hb, NULL, 0);
+        /* never wait: a memory node that does not read misses a beat */
+        sock_reply_msg(dn->fd, MSG_HEARTBEAT, (uint32_t)hb.seq, &hb, sizeof hb, NULL, 0);
     }
 }
 

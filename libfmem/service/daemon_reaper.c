@@ -32,10 +32,10 @@ uint64_t app_release_all(struct fmemd *d, struct app *a)
     return freed;
 }
 
-static void destroy_app(struct app *a)
+void destroy_app(struct app *a)
 {
     ring_unmap(a->ring);
-    close(a->sock);
+    peer_close(&a->peer);
     own_free(&a->own);
     pthread_mutex_destroy(&a->mu);
     free(a);
@@ -46,11 +46,15 @@ static void *reaper_main(void *arg)
     struct fmemd *d = arg;
     pthread_mutex_lock(&d->rmu);
     for (;;) {
-        while (d->ndead == 0 && !atomic_load(&d->quit))
+        while (!d->dead_head && !atomic_load(&d->quit))
             pthread_cond_wait(&d->rcv, &d->rmu);
-        if (d->ndead == 0)
+        struct app *a = d->dead_head;
+        if (!a)
             break;
-        struct app *a = d->dead[--d->ndead];
+        d->dead_head = a->next_dead;
+        if (!d->dead_head)
+            d->dead_tail = NULL;
+        d->ndead--;
         d->reaping++;
         pthread_mutex_unlock(&d->rmu);
         pthread_mutex_lock(&a->mu);
@@ -58,7 +62,7 @@ static void *reaper_main(void *arg)
         pthread_mutex_unlock(&a->mu);
         if (d->cfg->verbose || held)
             dsay(d, "app %u (%s, pid %d) gone: freed %llu of %llu blocks", a->id, a->name,
-                 (int)a->pid, (unsigned long long)n, (unsigned long long)held);
+                 (int)a->peer.pid, (unsigned long long)n, (unsigned long long)held);
         atomic_fetch_add(&d->blocks_reaped, n);
         atomic_fetch_add(&d->apps_reaped, 1);
         destroy_app(a);
@@ -72,18 +76,26 @@ static void *reaper_main(void *arg)
 
 int reaper_start(struct fmemd *d)
 {
-    d->dead = calloc(MAX_APPS_HARD, sizeof *d->dead);
     pthread_mutex_init(&d->rmu, NULL);
     pthread_cond_init(&d->rcv, NULL);
-    if (!d->dead || pthread_create(&d->reaper, NULL, reaper_main, d))
+    if (pthread_create(&d->reaper, NULL, reaper_main, d))
         return FMEM_ENOMEM;
     return 0;
 }
 
+/* Applications leave at the rate they can connect, whatever the reaper is
+ * doing (one teardown of millions of blocks takes seconds): the queue is a
+ * list through the applications themselves, so it never fills. */
 void reaper_queue(struct fmemd *d, struct app *a)
 {
+    a->next_dead = NULL;
     pthread_mutex_lock(&d->rmu);
-    d->dead[d->ndead++] = a; /* at most MAX_APPS_HARD apps exist */
+    if (d->dead_tail)
+        d->dead_tail->next_dead = a;
+    else
+        d->dead_head = a;
+    d->dead_tail = a;
+    d->ndead++;
     pthread_cond_broadcast(&d->rcv);
     pthread_mutex_unlock(&d->rmu);
 }
@@ -95,7 +107,6 @@ void reaper_stop(struct fmemd *d)
     pthread_cond_broadcast(&d->rcv);
     pthread_mutex_unlock(&d->rmu);
     pthread_join(d->reaper, NULL); /* drains the queue first */
-    free(d->dead);
     pthread_mutex_destroy(&d->rmu);
     pthread_cond_destroy(&d->rcv);
 }

@@ -6,25 +6,33 @@
 #include <unistd.h>
 
 #include "service/daemon_internal.h"
+#include "service/map_stream.h"
 #include "service/occupancy.h"
 #include "service/sock.h"
 
-void status_send(struct fmemd *d, int fd, uint32_t seq)
+int status_send(struct fmemd *d, struct peer *p, uint32_t seq)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f)
-        return;
+        return peer_send_error(p, seq, FMEM_ENOMEM, "out of memory");
     fprintf(f, "allocation service %s (pid %d, up %.0f s): %u workers, %u applications\n",
             d->cfg->socket_path, (int)getpid(), (ring_now_ns() - d->started_ns) / 1e9, d->nworkers,
             d->napps);
     fprintf(f, "  per-application limits: %llu bytes, %llu allocations (0: none)\n",
             (unsigned long long)d->cfg->app_max_bytes, (unsigned long long)d->cfg->app_max_allocs);
-    fprintf(f, "  departed applications %llu (blocks given back %llu), rejected messages %llu\n",
+    pthread_mutex_lock(&d->rmu);
+    unsigned queued = d->ndead + d->reaping;
+    pthread_mutex_unlock(&d->rmu);
+    fprintf(f, "  departed applications %llu (blocks given back %llu, %u being torn down), "
+               "rejected messages %llu\n",
             (unsigned long long)atomic_load(&d->apps_reaped),
-            (unsigned long long)atomic_load(&d->blocks_reaped),
+            (unsigned long long)atomic_load(&d->blocks_reaped), queued,
             (unsigned long long)atomic_load(&d->bad_messages));
+    fprintf(f, "  connections: %u applications (at most %u, %u per user), %u opening (at most "
+               "%u, %u per user)\n",
+            d->napps, d->max_apps, d->max_apps_per_uid, d->npend, d->pend_cap, PENDING_PER_UID);
     for (unsigned i = 0; i < d->nnodes; i++) {
         struct dnode *dn = &d->nodes[i];
         fprintf(f, "memory node %u: %s via %s, user %u, %s\n", i, dn->pool, dn->path, dn->uid,
@@ -39,7 +47,7 @@ void status_send(struct fmemd *d, int fd, uint32_t seq)
         pthread_mutex_lock(&a->mu);
         fprintf(f, "  app %u: %s pid %d uid %d, holds %llu blocks (%llu bytes); %llu allocs, "
                    "%llu frees, %llu pings, %llu errors, %llu over quota\n",
-                a->id, a->name, (int)a->pid, (int)a->uid, (unsigned long long)a->blocks,
+                a->id, a->name, (int)a->peer.pid, (int)a->peer.uid, (unsigned long long)a->blocks,
                 (unsigned long long)a->bytes, (unsigned long long)a->allocs,
                 (unsigned long long)a->frees, (unsigned long long)a->pings,
                 (unsigned long long)a->errors, (unsigned long long)a->refused_quota);
@@ -52,38 +60,15 @@ void status_send(struct fmemd *d, int fd, uint32_t seq)
     fclose(f);
     if (len > MSG_TEXT_MAX)
         len = MSG_TEXT_MAX;
-    sock_reply_msg(fd, MSG_STATUS_TEXT, seq, text, len, NULL, 0);
+    int rc = peer_send(p, MSG_STATUS_TEXT, seq, text, len);
     free(text);
+    return rc;
 }
 
-void status_send_map(struct fmemd *d, int fd, uint32_t seq, unsigned node)
+int status_send_map(struct fmemd *d, struct peer *p, uint32_t seq, unsigned node, uint64_t now)
 {
-    if (node >= d->nnodes) {
-        sock_send_error(fd, seq, FMEM_EINVAL, "no such memory node");
-        return;
-    }
+    if (node >= d->nnodes)
+        return peer_send_error(p, seq, FMEM_EINVAL, "no such memory node");
     struct dnode *dn = &d->nodes[node];
-    uint64_t n = dn->n->g.nspans;
-    uint8_t *states = malloc(n);
-    uint8_t *buf = malloc(sizeof(struct msg_map_chunk) + MSG_MAP_MAX);
-    if (!states || !buf) {
-        free(states);
-        free(buf);
-        sock_send_error(fd, seq, FMEM_ENOMEM, "out of memory");
-        return;
-    }
-    struct occ_report r;
-    occ_scan(&dn->n->g, dn->tp->base, &r, states);
-    for (uint64_t first = 0; first < n; first += MSG_MAP_MAX) {
-        struct msg_map_chunk *mc = (struct msg_map_chunk *)buf;
-        mc->nspans = n;
-        mc->first = first;
-        mc->count = (uint32_t)(n - first < MSG_MAP_MAX ? n - first : MSG_MAP_MAX);
-        mc->node = node;
-        memcpy(buf + sizeof *mc, states + first, mc->count);
-        if (sock_send_msg(fd, MSG_MAP_CHUNK, seq, buf, sizeof *mc + mc->count, NULL, 0) < 0)
-            break;
-    }
-    free(buf);
-    free(states);
+    return map_stream_start(p, seq, node, &dn->n->g, dn->tp->base, now);
 }

@@ -25,27 +25,36 @@
 
 #include "fmem_admin.h"
 #include "pool_internal.h"
+#include "service/map_stream.h"
+#include "service/notify.h"
 #include "service/occupancy.h"
+#include "service/peer.h"
 #include "service/proto.h"
 #include "service/ring.h"
 #include "service/sock.h"
 #include "session_table.h"
+#include "service/uidtab.h"
 #ifdef HAVE_RDMA
 #include "verbs/transport_verbs.h"
 #endif
 
-#define MAX_CONNS 256
 #define MAX_HISTORY 16
+/* Connections that have not registered (status tools, services about to):
+ * PENDING_PER_UID of one user, PENDING_MAX in all; a newcomer pushes out
+ * the least recently active one of the user holding most. Registered
+ * services are bounded by the pool's user slots. */
+#define PENDING_PER_UID 16
+#define PENDING_MAX 64
+#define ACCEPT_BATCH 16 /* connections taken off the backlog per turn */
+#define STRANGER_NS 10000000000u /* to register, or between status requests */
 
 struct conn {
-    int fd;
-    pid_t pid;
-    uid_t cred_uid;
+    struct peer p;    /* socket, credentials, replies waiting */
     bool service;     /* registered */
     unsigned uid;     /* its user id */
     int pidfd;
     char name[MSG_NAME_MAX];
-    uint64_t last_hb_ns, heartbeats, connected_ns;
+    uint64_t last_hb_ns, heartbeats;
     uint32_t napps;
     uint64_t app_bytes;
 };
@@ -85,18 +94,21 @@ struct mnode {
     fmem_pool *pool;
     struct node *node;
     struct session_table *sess; /* services' sessions (shm services only) */
-    int lfd;
-    struct conn conns[MAX_CONNS];
-    unsigned nconns;
+    struct listener ls;
+    struct conn *conns; /* services and strangers: conns_cap at most */
+    unsigned nconns, conns_cap, nstrangers;
+    struct uidtab uids;
     struct regen_stats regen;
     pthread_t regen_thr, rec_thr;
     bool regen_started, rec_started;
     _Atomic int quit;
-    /* recovery queue and history */
+    /* recovery queue (a ring of at most one job per user id: it holds
+     * every user the pool has) and history */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct recovery_job jobs[MAX_CONNS];
-    unsigned njobs, recovering;
+    struct recovery_job *jobs;
+    bool *queued; /* per user id: a job waits for it */
+    unsigned jobs_head, njobs, recovering, recovering_uid;
     struct history hist[MAX_HISTORY];
     unsigned nhist;
     uint64_t recoveries;
@@ -207,9 +219,12 @@ static void *recovery_main(void *arg)
             pthread_cond_wait(&m->cv, &m->mu);
         if (m->njobs == 0)
             break;
-        struct recovery_job j = m->jobs[0];
-        memmove(&m->jobs[0], &m->jobs[1], sizeof j * (--m->njobs));
+        struct recovery_job j = m->jobs[m->jobs_head];
+        m->jobs_head = (m->jobs_head + 1) % (unsigned)m->node->g.nusers;
+        m->njobs--;
+        m->queued[j.uid] = false;
         m->recovering++;
+        m->recovering_uid = j.uid;
         pthread_mutex_unlock(&m->mu);
         run_job(m, &j);
         pthread_mutex_lock(&m->mu);
@@ -220,22 +235,44 @@ static void *recovery_main(void *arg)
     return NULL;
 }
 
+/* Queue recovery of user id j->uid (m->mu held). A user has one job at
+ * most: a second request for it joins the waiting one (fencing if either
+ * asks, the process to wait for if only one knows it), so the queue never
+ * holds more than the pool has users. */
+static void push_job(struct mnode *m, const struct recovery_job *j)
+{
+    unsigned cap = (unsigned)m->node->g.nusers;
+    if (j->uid == 0 || j->uid >= cap) {
+        if (j->pidfd >= 0)
+            close(j->pidfd);
+        return;
+    }
+    if (m->queued[j->uid]) {
+        for (unsigned k = 0; k < m->njobs; k++) {
+            struct recovery_job *q = &m->jobs[(m->jobs_head + k) % cap];
+            if (q->uid != j->uid)
+                continue;
+            q->fence |= j->fence;
+            q->remote |= j->remote;
+            if (q->pidfd < 0)
+                q->pidfd = j->pidfd;
+            else if (j->pidfd >= 0)
+                close(j->pidfd);
+            return;
+        }
+    }
+    m->jobs[(m->jobs_head + m->njobs++) % cap] = *j;
+    m->queued[j->uid] = true;
+    pthread_cond_broadcast(&m->cv);
+}
+
 static void queue_recovery(struct mnode *m, unsigned uid, int pidfd, bool do_fence,
                            const char *who)
 {
-    char name[MSG_NAME_MAX];
-    snprintf(name, sizeof name, "%s", who); /* `who` may live inside *m */
+    struct recovery_job j = {.uid = uid, .pidfd = pidfd, .fence = do_fence};
+    snprintf(j.name, sizeof j.name, "%s", who); /* `who` may live inside *m */
     pthread_mutex_lock(&m->mu);
-    if (m->njobs < MAX_CONNS) {
-        struct recovery_job *j = &m->jobs[m->njobs++];
-        j->uid = uid;
-        j->pidfd = pidfd;
-        j->fence = do_fence;
-        snprintf(j->name, sizeof j->name, "%s", name);
-        pthread_cond_broadcast(&m->cv);
-    } else if (pidfd >= 0) {
-        close(pidfd);
-    }
+    push_job(m, &j);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -271,15 +308,10 @@ static void check_remote_heartbeats(struct mnode *m)
             r->pending = true;
             say(m, "remote service user %u (pid %u there): missed heartbeats", u,
                 pid & ~NODE_PID_REMOTE);
+            struct recovery_job j = {.uid = u, .pidfd = -1, .remote = true};
+            snprintf(j.name, sizeof j.name, "rdma service");
             pthread_mutex_lock(&m->mu);
-            if (m->njobs < MAX_CONNS) {
-                struct recovery_job *j = &m->jobs[m->njobs++];
-                *j = (struct recovery_job){.uid = u, .pidfd = -1, .remote = true};
-                snprintf(j->name, sizeof j->name, "rdma service");
-                pthread_cond_broadcast(&m->cv);
-            } else {
-                r->pending = false; /* try again next time */
-            }
+            push_job(m, &j);
             pthread_mutex_unlock(&m->mu);
         }
     }
@@ -301,9 +333,8 @@ static void sweep_dead_users(struct mnode *m)
         for (unsigned i = 0; i < m->nconns; i++)
             held |= m->conns[i].service && m->conns[i].uid == u;
         pthread_mutex_lock(&m->mu);
-        for (unsigned i = 0; i < m->njobs; i++)
-            held |= m->jobs[i].uid == u;
-        held |= m->recovering > 0; /* check again when the queue is idle */
+        held |= m->queued[u];
+        held |= m->recovering && m->recovering_uid == u; /* its slot clears at the end */
         pthread_mutex_unlock(&m->mu);
         if (!held)
             queue_recovery(m, u, -1, false, "dead user");
@@ -316,15 +347,18 @@ static void drop_conn(struct mnode *m, unsigned i, const char *why, bool clean)
 {
     struct conn *c = &m->conns[i];
     if (c->service) {
-        say(m, "service %s (pid %d, user %u): %s", c->name, (int)c->pid, c->uid, why);
+        say(m, "service %s (pid %d, user %u): %s", c->name, (int)c->p.pid, c->uid, why);
         /* a clean bye: nothing held, no fence; otherwise make sure it is
          * gone before touching its user id */
         queue_recovery(m, c->uid, c->pidfd, clean ? false : !m->cfg->no_fence, c->name);
         c->pidfd = -1;
+    } else {
+        m->nstrangers--;
+        uidtab_sub(&m->uids, c->p.uid, true, ring_now_ns());
     }
     if (c->pidfd >= 0)
         close(c->pidfd);
-    close(c->fd);
+    peer_close(&c->p);
     m->conns[i] = m->conns[--m->nconns];
 }
 
@@ -336,12 +370,12 @@ static bool allowed(const struct mnode *m, uid_t u)
 static void on_register(struct mnode *m, struct conn *c, const struct msg *msg)
 {
     if (c->service) {
-        sock_send_error(c->fd, msg->seq, FMEM_EINVAL, "already registered");
+        peer_send_error(&c->p, msg->seq, FMEM_EINVAL, "already registered");
         return;
     }
     if (m->vs) {
         /* NIC atomics and CPU atomics on one pool do not mix */
-        sock_send_error(c->fd, msg->seq, FMEM_ENOTSUP,
+        peer_send_error(&c->p, msg->seq, FMEM_ENOTSUP,
                         "this memory node serves its pool over RDMA only");
         return;
     }
@@ -351,22 +385,22 @@ static void on_register(struct mnode *m, struct conn *c, const struct msg *msg)
         bool taken = false;
         for (unsigned i = 0; i < m->nconns; i++)
             taken |= m->conns[i].service && m->conns[i].uid == want;
-        if (!taken && want < m->node->g.nusers && node_uid_pid(m->node, want) == (uint32_t)c->pid &&
+        if (!taken && want < m->node->g.nusers && node_uid_pid(m->node, want) == (uint32_t)c->p.pid &&
             session_get(m->sess, want))
             uid = want;
         else {
             /* not its slot any more, or its session was fenced */
-            sock_send_error(c->fd, msg->seq, FMEM_EBUSY, "cannot resume that user id");
+            peer_send_error(&c->p, msg->seq, FMEM_EBUSY, "cannot resume that user id");
             return;
         }
     } else {
-        int rc = node_claim_uid_for(m->node, (uint32_t)c->pid, &uid);
+        int rc = node_claim_uid_for(m->node, (uint32_t)c->p.pid, &uid);
         if (rc) {
-            sock_send_error(c->fd, msg->seq, rc, "no free user id");
+            peer_send_error(&c->p, msg->seq, rc, "no free user id");
             return;
         }
     }
-    c->pidfd = pidfd_open_(c->pid);
+    c->pidfd = pidfd_open_(c->p.pid);
     struct msg_svc_welcome w = {.uid = uid, .heartbeat_ms = m->cfg->heartbeat_ms,
                                 .miss_limit = m->cfg->miss_limit,
                                 .session = want ? session_get(m->sess, uid)
@@ -374,7 +408,10 @@ static void on_register(struct mnode *m, struct conn *c, const struct msg *msg)
     snprintf(w.pool, sizeof w.pool, "%s", m->cfg->pool_uri);
     int fds[3] = {shm_transport_meta_fd(m->node->tp), shm_transport_data_fd(m->node->tp),
                   m->sess->ro_fd};
-    if (sock_send_msg(c->fd, MSG_SVC_WELCOME, msg->seq, &w, sizeof w, fds, 3) < 0) {
+    /* descriptors go straight out: nothing else waits on this socket
+     * (requests are not read while replies wait), so it has room */
+    if (peer_busy(&c->p) ||
+        sock_reply_msg(c->p.fd, MSG_SVC_WELCOME, msg->seq, &w, sizeof w, fds, 3) < 0) {
         if (!want) {
             session_end(m->sess, uid);
             node_clear_uid(m->node, uid);
@@ -386,19 +423,21 @@ static void on_register(struct mnode *m, struct conn *c, const struct msg *msg)
     }
     c->service = true;
     c->uid = uid;
+    m->nstrangers--;
+    uidtab_sub(&m->uids, c->p.uid, true, ring_now_ns());
     snprintf(c->name, sizeof c->name, "%s", msg->u.reg.name);
     c->last_hb_ns = ring_now_ns();
-    say(m, "service %s (pid %d) %s user %u", c->name, (int)c->pid, want ? "resumed" : "registered as",
+    say(m, "service %s (pid %d) %s user %u", c->name, (int)c->p.pid, want ? "resumed" : "registered as",
         uid);
 }
 
-static void send_status(struct mnode *m, struct conn *c, uint32_t seq)
+static int send_status(struct mnode *m, struct conn *c, uint32_t seq)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f)
-        return;
+        return peer_send_error(&c->p, seq, FMEM_ENOMEM, "out of memory");
     struct occ_report r;
     occ_scan(&m->node->g, m->node->tp->base, &r, NULL);
     uint64_t now = ring_now_ns();
@@ -420,7 +459,7 @@ static void send_status(struct mnode *m, struct conn *c, uint32_t seq)
             continue;
         fprintf(f, "  user %u: %s pid %d, %u applications holding %llu bytes, last heartbeat "
                    "%.0f ms ago\n",
-                s->uid, s->name, (int)s->pid, s->napps, (unsigned long long)s->app_bytes,
+                s->uid, s->name, (int)s->p.pid, s->napps, (unsigned long long)s->app_bytes,
                 (now - s->last_hb_ns) / 1e6);
     }
     pthread_mutex_lock(&m->mu);
@@ -435,128 +474,173 @@ static void send_status(struct mnode *m, struct conn *c, uint32_t seq)
     fclose(f);
     if (len > MSG_TEXT_MAX)
         len = MSG_TEXT_MAX;
-    sock_reply_msg(c->fd, MSG_STATUS_TEXT, seq, text, len, NULL, 0);
+    int rc = peer_send(&c->p, MSG_STATUS_TEXT, seq, text, len);
     free(text);
+    return rc;
 }
 
-static void send_map(struct mnode *m, struct conn *c, const struct msg *msg)
+/* Status and map requests scan the whole pool: a few per second per user. */
+static int scan_request(struct mnode *m, struct conn *c, const struct msg *msg, uint64_t now)
 {
-    if (msg->u.status_req.node != 0) {
-        sock_send_error(c->fd, msg->seq, FMEM_EINVAL, "a memory node has node 0 only");
-        return;
-    }
-    uint64_t n = m->node->g.nspans;
-    uint8_t *states = malloc(n);
-    if (!states) {
-        sock_send_error(c->fd, msg->seq, FMEM_ENOMEM, "out of memory");
-        return;
-    }
-    struct occ_report r;
-    occ_scan(&m->node->g, m->node->tp->base, &r, states);
-    uint8_t *buf = malloc(sizeof(struct msg_map_chunk) + MSG_MAP_MAX);
-    if (!buf) {
-        free(states);
-        sock_send_error(c->fd, msg->seq, FMEM_ENOMEM, "out of memory");
-        return;
-    }
-    for (uint64_t first = 0; first < n || (n == 0 && first == 0); first += MSG_MAP_MAX) {
-        struct msg_map_chunk *mc = (struct msg_map_chunk *)buf;
-        mc->nspans = n;
-        mc->first = first;
-        mc->count = (uint32_t)(n - first < MSG_MAP_MAX ? n - first : MSG_MAP_MAX);
-        mc->node = 0;
-        memcpy(buf + sizeof *mc, states + first, mc->count);
-        if (sock_send_msg(c->fd, MSG_MAP_CHUNK, msg->seq, buf, sizeof *mc + mc->count, NULL, 0) < 0)
-            break;
-        if (n == 0)
-            break;
-    }
-    free(buf);
-    free(states);
+    if (!uidtab_scan_allowed(&m->uids, c->p.uid, now))
+        return peer_send_error(&c->p, msg->seq, FMEM_EBUSY, "too many status requests; try again");
+    if (msg->type == MSG_STATUS_REQ)
+        return send_status(m, c, msg->seq);
+    if (msg->u.status_req.node != 0)
+        return peer_send_error(&c->p, msg->seq, FMEM_EINVAL, "a memory node has node 0 only");
+    return map_stream_start(&c->p, msg->seq, 0, &m->node->g, m->node->tp->base, now);
 }
 
 /* One message from connection i. false: drop the connection. */
-static bool on_message(struct mnode *m, unsigned i)
+static bool on_message(struct mnode *m, unsigned i, uint64_t now)
 {
     static uint8_t buf[MSG_MAX_BYTES];
     struct conn *c = &m->conns[i];
-    ssize_t n = sock_recv(c->fd, buf, sizeof buf, NULL, 0, NULL);
+    ssize_t n = sock_recv(c->p.fd, buf, sizeof buf, NULL, 0, NULL);
+    if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return true; /* nothing yet */
     if (n == 0 || n == -1) {
         drop_conn(m, i, n == 0 ? "disconnected" : "socket error", false);
         return false;
     }
+    c->p.active = now;
     struct msg msg;
     int rc = n == -2 ? FMEM_EINVAL : msg_decode(buf, (size_t)n, &msg);
     if (rc) {
-        sock_send_error(c->fd, 0, rc, n == -2 ? "message too large" : "malformed message");
-        if (!c->service) { /* a stranger sending junk: hang up */
+        int sent = peer_send_error(&c->p, 0, rc, n == -2 ? "message too large" : "malformed message");
+        if (!c->service || sent < 0) { /* a stranger sending junk: hang up */
             drop_conn(m, i, "malformed message", false);
             return false;
         }
         return true;
     }
+    int sent = 0;
     switch (msg.type) {
     case MSG_SVC_REGISTER:
         on_register(m, c, &msg);
-        return true;
+        break;
     case MSG_HEARTBEAT:
-        if (!c->service)
+        if (!c->service) {
+            sent = peer_send_error(&c->p, msg.seq, FMEM_EINVAL, "unexpected message");
             break;
+        }
         c->last_hb_ns = ring_now_ns();
         c->heartbeats++;
         c->napps = msg.u.heartbeat.napps;
         c->app_bytes = msg.u.heartbeat.app_bytes;
-        return true;
+        break;
     case MSG_SVC_BYE:
-        if (!c->service)
+        if (!c->service) {
+            sent = peer_send_error(&c->p, msg.seq, FMEM_EINVAL, "unexpected message");
             break;
+        }
         drop_conn(m, i, "said goodbye", true);
         return false;
     case MSG_STATUS_REQ:
-        send_status(m, c, msg.seq);
-        return true;
     case MSG_MAP_REQ:
-        send_map(m, c, &msg);
-        return true;
+        sent = scan_request(m, c, &msg, now);
+        break;
     default:
+        sent = peer_send_error(&c->p, msg.seq, FMEM_EINVAL, "unexpected message");
         break;
     }
-    sock_send_error(c->fd, msg.seq, FMEM_EINVAL, "unexpected message");
+    if (sent < 0) {
+        drop_conn(m, i, "does not read its socket", false);
+        return false;
+    }
     return true;
 }
 
-static void on_accept(struct mnode *m)
+/* Connection i has input, or room for what waits. false: it was dropped. */
+static bool on_event(struct mnode *m, unsigned i, short revents, uint64_t now)
 {
-    int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0)
-        return;
-    struct conn c = {.fd = fd, .pidfd = -1, .connected_ns = ring_now_ns()};
-    gid_t g;
-    if (sock_peer(fd, &c.pid, &c.cred_uid, &g) < 0 || !allowed(m, c.cred_uid)) {
-        sock_send_error(fd, 0, FMEM_EACCES, "not allowed");
-        close(fd);
-        return;
+    struct conn *c = &m->conns[i];
+    if (peer_busy(&c->p)) {
+        if (peer_flush(&c->p, now) < 0 || ((revents & (POLLERR | POLLHUP)) && peer_busy(&c->p))) {
+            drop_conn(m, i, "socket error", false);
+            return false;
+        }
+        return true; /* its next request waits until the reply is out */
     }
-    if (m->nconns >= MAX_CONNS) {
-        sock_send_error(fd, 0, FMEM_EBUSY, "too many connections");
-        close(fd);
-        return;
-    }
-    struct timeval tv = {.tv_sec = 1};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    m->conns[m->nconns++] = c;
+    return on_message(m, i, now);
 }
 
-static void check_heartbeats(struct mnode *m)
+/* The least recently active stranger of uid (of anyone when uid is -1). */
+static unsigned stalest_stranger(const struct mnode *m, uid_t uid)
 {
-    uint64_t now = ring_now_ns();
+    unsigned best = m->nconns;
+    for (unsigned i = 0; i < m->nconns; i++) {
+        const struct conn *c = &m->conns[i];
+        if (!c->service && (uid == (uid_t)-1 || c->p.uid == uid) &&
+            (best == m->nconns || c->p.active < m->conns[best].p.active))
+            best = i;
+    }
+    return best;
+}
+
+/* Push out the least recently active stranger of `loser` (of anyone if
+ * it has none). false: there is none. */
+static bool push_out(struct mnode *m, uid_t loser)
+{
+    unsigned i = stalest_stranger(m, loser);
+    if (i == m->nconns)
+        i = stalest_stranger(m, (uid_t)-1);
+    if (i == m->nconns)
+        return false;
+    sock_send_error(m->conns[i].p.fd, 0, FMEM_EBUSY,
+                    "too many connections being opened; this one closed");
+    drop_conn(m, i, "pushed out", false);
+    return true;
+}
+
+/* Make room for a new stranger of uid: the user's own oldest goes when it
+ * has its share, else the oldest of the user holding most. */
+static void make_room(struct mnode *m, uid_t uid)
+{
+    if (uidtab_peek(&m->uids, uid).pending >= PENDING_PER_UID)
+        push_out(m, uid);
+    else if (m->nstrangers >= PENDING_MAX || m->nconns >= m->conns_cap)
+        push_out(m, uidtab_most_pending(&m->uids));
+}
+
+static void on_accept(struct mnode *m, uint64_t now)
+{
+    for (unsigned k = 0; k < ACCEPT_BATCH; k++) {
+        struct conn c = {.pidfd = -1};
+        int r = listener_accept(&m->ls, &c.p, now);
+        if (r < 0 && push_out(m, uidtab_most_pending(&m->uids)))
+            r = listener_accept(&m->ls, &c.p, now); /* out of descriptors */
+        if (r < 0)
+            listener_shed(&m->ls, now);
+        if (r != 1)
+            return;
+        if (!allowed(m, c.p.uid)) {
+            char why[64];
+            snprintf(why, sizeof why, "user %u may not use this memory node", (unsigned)c.p.uid);
+            peer_refuse(c.p.fd, FMEM_EACCES, why);
+            continue;
+        }
+        make_room(m, c.p.uid);
+        if (m->nconns >= m->conns_cap || !uidtab_add(&m->uids, c.p.uid, true, now)) {
+            peer_refuse(c.p.fd, FMEM_EBUSY, "too many connections");
+            continue;
+        }
+        m->conns[m->nconns++] = c;
+        m->nstrangers++;
+        on_message(m, m->nconns - 1, now); /* its first request is usually here */
+    }
+}
+
+static void check_heartbeats(struct mnode *m, uint64_t now)
+{
     uint64_t limit = (uint64_t)m->cfg->heartbeat_ms * m->cfg->miss_limit * 1000000u;
-    uint64_t stranger = 10000000000u; /* 10 s to register or ask */
     for (unsigned i = 0; i < m->nconns;) {
         struct conn *c = &m->conns[i];
-        if (c->service && now - c->last_hb_ns > limit)
+        if (c->service && peer_since(now, c->last_hb_ns) > limit)
             drop_conn(m, i, "missed heartbeats", false);
-        else if (!c->service && now - c->connected_ns > stranger)
+        else if (peer_stalled(&c->p, now))
+            drop_conn(m, i, "does not read its socket", false);
+        else if (!c->service && !peer_busy(&c->p) && peer_since(now, c->p.active) > STRANGER_NS)
             drop_conn(m, i, "idle", false);
         else
             i++;
@@ -661,23 +745,77 @@ static int open_pool(struct mnode *m)
     return 0;
 }
 
+/* Connections: every service the user table can hold, and the strangers. */
+static int conns_open(struct mnode *m)
+{
+    peer_fd_budget(); /* services hold a socket and a pidfd each */
+    m->conns_cap = (unsigned)m->node->g.nusers + PENDING_MAX;
+    m->conns = calloc(m->conns_cap, sizeof *m->conns);
+    m->jobs = calloc(m->node->g.nusers, sizeof *m->jobs);
+    m->queued = calloc(m->node->g.nusers, sizeof *m->queued);
+    return m->conns && m->jobs && m->queued ? 0 : FMEM_ENOMEM;
+}
+
+static void serve(struct mnode *m)
+{
+    const struct mnode_config *cfg = m->cfg;
+    uint64_t last_sweep = ring_now_ns(), next_trim = 0;
+    struct pollfd *pf = calloc(m->conns_cap + 1, sizeof *pf);
+    if (!pf)
+        return;
+    while (!atomic_load(cfg->stop)) {
+        uint64_t now = ring_now_ns();
+        unsigned n = m->nconns;
+        pf[0] = (struct pollfd){.fd = listener_paused(&m->ls, now) ? -1 : m->ls.fd,
+                                .events = POLLIN};
+        /* a connection with a reply waiting is polled for room, not requests */
+        for (unsigned i = 0; i < n; i++)
+            pf[i + 1] = (struct pollfd){.fd = m->conns[i].p.fd,
+                                        .events = peer_busy(&m->conns[i].p) ? POLLOUT : POLLIN};
+        int r = poll(pf, n + 1, 100);
+        now = ring_now_ns();
+        if (r > 0) {
+            /* walk backwards: dropping i moves the last connection into i */
+            for (unsigned i = n; i-- > 0;)
+                if (pf[i + 1].revents)
+                    on_event(m, i, pf[i + 1].revents, now);
+            if (pf[0].revents & POLLIN)
+                on_accept(m, now);
+        }
+        check_heartbeats(m, now);
+        check_remote_heartbeats(m);
+        if (now >= next_trim) {
+            uidtab_trim(&m->uids, now);
+            next_trim = now + 1000000000u;
+        }
+        if (ring_now_ns() - last_sweep > (uint64_t)cfg->sweep_ms * 1000000u) {
+            sweep_dead_users(m);
+            last_sweep = ring_now_ns();
+        }
+    }
+    free(pf);
+}
+
 int mnode_run(const struct mnode_config *cfg)
 {
     struct mnode *m = calloc(1, sizeof *m);
     if (!m)
         return 1;
     m->cfg = cfg;
-    m->lfd = -1;
+    m->ls.fd = m->ls.spare = -1;
     m->started_ns = ring_now_ns();
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     int status = 1;
     if (open_pool(m))
         goto out;
+    if (conns_open(m)) {
+        say(m, "out of memory");
+        goto out;
+    }
     if (cfg->rdma_addr && start_rdma(m))
         goto out;
-    m->lfd = sock_listen(cfg->socket_path, cfg->socket_mode);
-    if (m->lfd < 0) {
+    if (listener_open(&m->ls, cfg->socket_path, cfg->socket_mode) < 0) {
         say(m, "%s: %s", cfg->socket_path, strerror(errno));
         goto out;
     }
@@ -690,36 +828,16 @@ int mnode_run(const struct mnode_config *cfg)
     sweep_dead_users(m);
     say(m, "serving %s on %s (user %u, heartbeat %u ms x %u)", cfg->pool_uri, cfg->socket_path,
         m->node->uid, cfg->heartbeat_ms, cfg->miss_limit);
-    uint64_t last_sweep = ring_now_ns();
-    struct pollfd pf[MAX_CONNS + 1];
-    while (!atomic_load(cfg->stop)) {
-        unsigned n = m->nconns;
-        pf[0] = (struct pollfd){.fd = m->lfd, .events = POLLIN};
-        for (unsigned i = 0; i < n; i++)
-            pf[i + 1] = (struct pollfd){.fd = m->conns[i].fd, .events = POLLIN};
-        int r = poll(pf, n + 1, 100);
-        if (r > 0) {
-            /* walk backwards: dropping i moves the last connection into i */
-            for (unsigned i = n; i-- > 0;)
-                if (pf[i + 1].revents)
-                    on_message(m, i);
-            if (pf[0].revents & POLLIN)
-                on_accept(m);
-        }
-        check_heartbeats(m);
-        check_remote_heartbeats(m);
-        if (ring_now_ns() - last_sweep > (uint64_t)cfg->sweep_ms * 1000000u) {
-            sweep_dead_users(m);
-            last_sweep = ring_now_ns();
-        }
-    }
+    svc_notify("READY=1\nSTATUS=serving the pool");
+    serve(m);
     say(m, "shutting down");
+    svc_notify("STOPPING=1");
     /* services keep their user ids: a restarted memory node resumes them */
     for (unsigned i = 0; i < m->nconns; i++) {
-        sock_send_msg(m->conns[i].fd, MSG_SHUTDOWN, 0, NULL, 0, NULL, 0);
+        sock_reply_msg(m->conns[i].p.fd, MSG_SHUTDOWN, 0, NULL, 0, NULL, 0);
         if (m->conns[i].pidfd >= 0)
             close(m->conns[i].pidfd);
-        close(m->conns[i].fd);
+        peer_close(&m->conns[i].p);
     }
     m->nconns = 0;
     status = 0;
@@ -733,14 +851,15 @@ out:
     if (m->rec_started)
         pthread_join(m->rec_thr, NULL); /* finishes queued recoveries */
     stop_rdma(m); /* after them: remote recoveries go through it */
-    if (m->lfd >= 0) {
-        close(m->lfd);
-        unlink(cfg->socket_path);
-    }
+    listener_close(&m->ls, cfg->socket_path);
     fmem_close(m->pool);
     session_table_close(m->sess);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
+    uidtab_free(&m->uids);
+    free(m->conns);
+    free(m->jobs);
+    free(m->queued);
     free(m);
     return status;
 }

@@ -25,6 +25,32 @@ static unsigned largest_run(uint32_t free_mask, unsigned kmax)
     return 0;
 }
 
+/* The state byte of span j of a section (header sh), span header ph. */
+static uint8_t span_byte(uint64_t sh, unsigned j, uint64_t ph)
+{
+    unsigned st = sec_state(sh, j);
+    if (h_detached(ph) && h_size(ph) == SPAN_LOG_CLAIM && h_uid(ph) != 0)
+        return OCC_MOVING;
+    if (st == SPAN_FULL && h_detached(ph))
+        return OCC_SPAN_BLOCK;
+    if (!h_detached(ph)) {
+        uint8_t b = (uint8_t)(OCC_CHUNK_BASE + __builtin_popcount(h_lo(ph)));
+        return st == SPAN_CONTENDED ? (uint8_t)(b | OCC_CONTENDED) : b;
+    }
+    return OCC_FREE;
+}
+
+void occ_states(const struct geometry *g, const void *meta, uint64_t first, uint64_t count,
+                uint8_t *states)
+{
+    for (uint64_t s = first; s < first + count && s < g->nspans; s++) {
+        uint64_t x = s / SPANS_PER_SECTION;
+        uint64_t sh = load64(meta, g->sect_off + 8 * x);
+        states[s - first] = span_byte(sh, (unsigned)(s % SPANS_PER_SECTION),
+                                      load64(meta, g->span_off + 8 * s));
+    }
+}
+
 void occ_scan(const struct geometry *g, const void *meta, struct occ_report *r, uint8_t *states)
 {
     memset(r, 0, sizeof *r);
@@ -41,30 +67,23 @@ void occ_scan(const struct geometry *g, const void *meta, struct occ_report *r, 
         for (unsigned j = 0; j < SPANS_PER_SECTION; j++) {
             uint64_t s = x * SPANS_PER_SECTION + j;
             uint64_t ph = load64(meta, g->span_off + 8 * s);
-            unsigned st = sec_state(sh, j);
-            uint8_t b;
-            if (h_detached(ph) && h_size(ph) == SPAN_LOG_CLAIM && h_uid(ph) != 0) {
-                b = OCC_MOVING;
+            uint8_t b = span_byte(sh, j, ph);
+            if (b == OCC_MOVING) {
                 r->spans_moving++;
-            } else if (st == SPAN_FULL && h_detached(ph)) {
-                b = OCC_SPAN_BLOCK;
+            } else if (b == OCC_SPAN_BLOCK) {
                 r->spans_block++;
                 used_chunks += CHUNKS_PER_SPAN;
-            } else if (!h_detached(ph)) {
-                unsigned used = (unsigned)__builtin_popcount(h_lo(ph));
+            } else if (b != OCC_FREE) {
+                unsigned used = occ_used_chunks(b);
                 used_chunks += used;
-                b = (uint8_t)(OCC_CHUNK_BASE + used);
-                if (st == SPAN_CONTENDED) {
-                    b |= OCC_CONTENDED;
+                if (b & OCC_CONTENDED)
                     r->spans_contended++;
-                }
                 r->spans_chunk++;
                 if (used == 0)
                     free_spans |= 1u << j;
                 else if (largest < largest_run(~h_lo(ph), 4))
                     largest = largest_run(~h_lo(ph), 4);
             } else {
-                b = OCC_FREE;
                 r->spans_free++;
                 free_spans |= 1u << j;
             }

@@ -38,6 +38,11 @@ struct occ_report {
  * (g->nspans bytes) may be NULL. */
 void occ_scan(const struct geometry *g, const void *meta, struct occ_report *r, uint8_t *states);
 
+/* The state bytes of spans first .. first + count - 1 (within g->nspans):
+ * the occupancy map one part at a time. */
+void occ_states(const struct geometry *g, const void *meta, uint64_t first, uint64_t count,
+                uint8_t *states);
+
 /* Map a pool's metadata file read-only and read its geometry. 0 or FMEM_E*. */
 int occ_map_file(const char *path, struct geometry *g, const void **meta, size_t *len);
 

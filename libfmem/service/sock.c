@@ -215,6 +215,23 @@ int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid)
     return 0;
 }
 
+bool sock_peer_in_group(int fd, gid_t g)
+{
+    gid_t small[64], *gids = small;
+    socklen_t len = sizeof small;
+    bool in = false;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, gids, &len) < 0) {
+        if (errno != ERANGE || !(gids = malloc(len)) ||
+            getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, gids, &len) < 0)
+            len = 0;
+    }
+    for (size_t i = 0; i < len / sizeof *gids; i++)
+        in |= gids[i] == g;
+    if (gids != small)
+        free(gids);
+    return in;
+}
+
 static int send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,
                     const int *fds, unsigned nfds, int flags)
 {
@@ -247,6 +264,42 @@ int sock_reply_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t pl
                    const int *fds, unsigned nfds)
 {
     return send_msg(fd, type, seq, p, plen, fds, nfds, MSG_DONTWAIT);
+}
+
+/* The first message back. A peer that closed with our request unread
+ * leaves ECONNRESET pending, which the kernel reports before the messages
+ * the peer sent before closing (its reason): read once more after it. */
+static ssize_t recv_answer(int fd, void *buf, size_t cap, int *fds, unsigned max_fds,
+                           unsigned *nfds, int timeout_ms)
+{
+    ssize_t n = sock_recv_timeout(fd, buf, cap, fds, max_fds, nfds, timeout_ms);
+    if (n == -1 && errno == ECONNRESET) {
+        n = sock_recv_timeout(fd, buf, cap, fds, max_fds, nfds, 0);
+        if (n == 0 || n == -1 || n == -3) {
+            errno = ECONNRESET;
+            return -1;
+        }
+    }
+    return n;
+}
+
+ssize_t sock_ask(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen, void *buf,
+                 size_t cap, int *fds, unsigned max_fds, unsigned *nfds, int timeout_ms)
+{
+    if (nfds)
+        *nfds = 0;
+    if (sock_send_msg(fd, type, seq, p, plen, NULL, 0) < 0) {
+        int e = errno;
+        if (e != EPIPE && e != ECONNRESET)
+            return -1;
+        /* refused before we spoke: the reason is waiting, if it was sent */
+        ssize_t n = recv_answer(fd, buf, cap, fds, max_fds, nfds, 0);
+        if (n > 0 || n == -2)
+            return n;
+        errno = e;
+        return -1;
+    }
+    return recv_answer(fd, buf, cap, fds, max_fds, nfds, timeout_ms);
 }
 
 int sock_send_error(int fd, uint32_t seq, int code, const char *text)

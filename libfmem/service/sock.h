@@ -4,6 +4,7 @@
 #ifndef FMEM_SVC_SOCK_H
 #define FMEM_SVC_SOCK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -23,8 +24,18 @@ ssize_t sock_recv(int fd, void *buf, size_t cap, int *fds, unsigned max_fds, uns
 /* Like sock_recv, waiting at most timeout_ms (-1: forever); -3 on timeout. */
 ssize_t sock_recv_timeout(int fd, void *buf, size_t cap, int *fds, unsigned max_fds,
                           unsigned *nfds, int timeout_ms);
+/* Send a request and wait (timeout_ms) for the first message back, as
+ * sock_recv_timeout. A server that refused us as we connected has left its
+ * reason in the socket and closed it: whether the request then fails
+ * (EPIPE) or the connection reads as reset (our request was unread), that
+ * reason is returned as the answer. */
+ssize_t sock_ask(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen, void *buf,
+                 size_t cap, int *fds, unsigned max_fds, unsigned *nfds, int timeout_ms);
 /* Credentials of the connected peer. 0 or -1. */
 int sock_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+/* Is g among the connected peer's supplementary groups (SO_PEERGROUPS,
+ * as they were when it connected)? */
+bool sock_peer_in_group(int fd, gid_t g);
 
 /* Send a message of `type` (proto.h) with payload p. 0 or -1. */
 int sock_send_msg(int fd, uint16_t type, uint32_t seq, const void *p, size_t plen,

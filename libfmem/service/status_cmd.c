@@ -61,11 +61,14 @@ static int status_socket(const char *uri, const char *png, unsigned node)
     struct msg m;
     struct msg_status_req q = {.node = node};
     int status = 1;
-    if (!buf || sock_send_msg(fd, MSG_STATUS_REQ, 1, &q, sizeof q, NULL, 0) < 0)
+    if (!buf)
         goto out;
-    ssize_t n = sock_recv_timeout(fd, buf, MSG_MAX_BYTES, NULL, 0, NULL, 10000);
+    /* a refusal is answered too, even if it came before our request */
+    ssize_t n = sock_ask(fd, MSG_STATUS_REQ, 1, &q, sizeof q, buf, MSG_MAX_BYTES, NULL, 0, NULL,
+                         10000);
     if (n <= 0 || msg_decode(buf, (size_t)n, &m)) {
-        fprintf(stderr, "fmem: %s: no answer\n", path);
+        fprintf(stderr, "fmem: %s: no answer%s%s\n", path, n == -1 ? ": " : "",
+                n == -1 ? strerror(errno) : "");
         goto out;
     }
     if (m.type == MSG_ERROR) {

@@ -116,6 +116,15 @@ if [ "$have_region" = 1 ]; then
     churn region:10:16M 4 evictions
 fi
 
+# child processes (io.popen, os.execute) from a state in far memory
+want=$("$LUA" "$here/spawn.lua" 60)
+for backing in shm region:25:16M; do
+    [ "$backing" = shm ] || [ "$have_region" = 1 ] || continue
+    got=$(FMEM_LUA_BACKING=$backing "$host" "$here/spawn.lua" 60 2>&1)
+    [ "$got" = "$want" ] && ok "spawn.lua under fmem-lua ($backing)" ||
+        bad "spawn.lua under fmem-lua ($backing): '$got', want '$want'"
+done
+
 # the same specs under busted, when it is there for Lua 5.4
 if "$LUA" -e 'require "busted.runner"' >/dev/null 2>&1 && [ -f /usr/bin/busted ]; then
     # shellcheck disable=SC2086

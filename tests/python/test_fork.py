@@ -10,8 +10,9 @@ import pytest
 
 from conftest import run_python
 
-# target: "pool" (a new in-process pool) or "region" (a region on one,
-# with a cache of a quarter of its size)
+# target: "pool" (a new in-process pool), "shm" (a named pool other
+# processes share: the child gets copies of its blocks) or "region" (a
+# region on an in-process pool, with a cache of a quarter of its size)
 SETUP = r"""
 import gc, json, os, sys
 import multiprocessing as mp
@@ -20,6 +21,11 @@ KIND = "KIND_"
 def make_target():
     if KIND == "pool":
         return fmem.open("mem:?size=512M")
+    if KIND == "shm":                   # a pool other processes share
+        import atexit
+        uri = "shm:/fmem-pytest-fork-%d" % os.getpid()
+        atexit.register(fmem.unlink, uri)
+        return fmem.open(uri + "?size=512M")
     try:
         return fmem.Region(256 << 20, cache=0.25)
     except fmem.AccessError:
@@ -68,7 +74,7 @@ def expected_work():
     return s + 50_000 * 3 + len(range(0, 200_000, 7))
 
 
-@pytest.mark.parametrize("kind", ["pool", "region"])
+@pytest.mark.parametrize("kind", ["pool", "shm", "region"])
 def test_multiprocessing_with_the_arena_hook(kind):
     out = run(kind, ARENA_MP)
     assert out["got"] == [expected_work()] * 6
@@ -107,7 +113,7 @@ print(json.dumps({"got": got, "expect": expect_big + expect_small,
 """
 
 
-@pytest.mark.parametrize("kind", ["pool", "region"])
+@pytest.mark.parametrize("kind", ["pool", "shm", "region"])
 def test_multiprocessing_with_numpy_arrays(kind):
     pytest.importorskip("numpy")
     out = run(kind, NUMPY_MP)
@@ -154,7 +160,7 @@ print(json.dumps({"results": results, "ok_parent": ok_parent}))
 """
 
 
-@pytest.mark.parametrize("kind", ["pool", "region"])
+@pytest.mark.parametrize("kind", ["pool", "shm", "region"])
 def test_os_fork_rebuilding_dicts(kind):
     out = run(kind, OS_FORK)
     assert out["results"] == [True] * 5
