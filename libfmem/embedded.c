@@ -79,18 +79,26 @@ static int open_transport(const struct node_uri *u, uint64_t size,
 static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t size,
                      const struct embedded_opts *o)
 {
+    bool admin = o && o->admin;
     struct transport *tp;
     int created = 0;
     int rc = open_transport(u, size, o, &tp, &created);
     if (rc)
         return rc;
     struct node *n;
-    rc = node_open(tp, created, u->user, &n);
+    enum node_user how = admin ? NODE_NO_USER : u->user ? NODE_CLAIM_EXACT : NODE_CLAIM_ANY;
+    rc = node_open_user(tp, created, how, u->user, &n);
     if (rc) {
         tp_close(tp);
         if (created && (u->kind == URI_SHM || u->kind == URI_FILE))
             pool_files_unlink(u->path); /* leave no half-made pool */
         return rc;
+    }
+    n->private_pool = u->kind == URI_MEM;
+    if ((u->kind == URI_SHM || u->kind == URI_FILE) && !(n->path = strdup(u->path))) {
+        node_close(n);
+        tp_close(tp);
+        return FMEM_ENOMEM;
     }
     n->index = p->nnodes;
     p->nodes[p->nnodes++] = n;
@@ -141,8 +149,15 @@ int embedded_open_opts(const char *uri, const struct embedded_opts *o, fmem_pool
         rc = n;
         goto out;
     }
+    bool admin = o && o->admin;
     for (int i = 0; i < n && rc == 0; i++) {
-        const struct node_uri *u = &us[i];
+        struct node_uri *u = &us[i];
+        if (admin && u->kind == URI_MEM) {
+            rc = FMEM_EURI; /* a private pool: nothing to administer */
+            break;
+        }
+        if (admin)
+            u->create = false; /* an administrator never makes a pool */
         uint64_t size = u->size ? u->size : (u->kind == URI_MEM ? FMEM_DEFAULT_SIZE : 0);
         if (size > LAYOUT_MAX_SECTIONS * FMEM_SECTION_SIZE) { /* no pool file holds it */
             rc = FMEM_ESIZE;
@@ -169,10 +184,16 @@ out:
     return 0;
 }
 
+/* Closing a pool gives back every block allocated through it that is
+ * still allocated (on pools other processes map), as a service does for
+ * an application that goes: a user id then never leaves blocks behind
+ * when its slot is released. */
 static void emb_close(fmem_pool *p)
 {
     for (unsigned i = 0; i < p->nnodes; i++) {
         struct transport *tp = p->nodes[i]->tp;
+        if (atomic_load(&p->allocs))
+            node_release_blocks(p->nodes[i]);
         node_close(p->nodes[i]);
         /* a fork child leaves the parent's queue pairs alone: closing them
          * here would close them for the parent */
@@ -255,11 +276,12 @@ static int emb_fork_identity(fmem_pool *p)
         unsigned uid;
         if (!n->fork_claim)
             continue;
-        int rc = node_claim_uid_for(n, (uint32_t)getpid(), &uid);
+        int rc = node_claim_uid_for(n, node_own_pid(n), &uid);
         if (rc)
             return rc;
         n->uid = uid;
         n->owns_uid = true;
+        n->slot_pid = node_own_pid(n);
         n->fork_claim = false;
     }
     return 0;
@@ -267,6 +289,8 @@ static int emb_fork_identity(fmem_pool *p)
 
 static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out)
 {
+    if (p->nnodes && p->nodes[0]->no_user)
+        return FMEM_ENOTSUP; /* an admin open: no user id to allocate as */
     uint64_t max = 0;
     for (unsigned i = 0; i < p->nnodes; i++)
         if (p->nodes[i]->g.data_size > max)
@@ -328,6 +352,8 @@ static int emb_free(fmem_pool *p, const fmem_handle *h)
     int rc = pool_resolve(p, h, &n, &chunk, &k);
     if (rc)
         return rc;
+    if (n->no_user)
+        return FMEM_ENOTSUP;
     rc = node_free(n, chunk, k, h->rkey);
     if (rc == 0)
         atomic_fetch_add_explicit(&p->frees, 1, memory_order_relaxed);

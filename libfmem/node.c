@@ -62,6 +62,33 @@ static void format_pool(struct transport *tp, const struct geometry *g)
     memcpy(b, h.magic, 8);
 }
 
+/* The 8-byte word holding user slot u (CAS works on whole words) and the
+ * slot's shift in it. */
+static uint64_t slot_word(const struct node *n, uint64_t u, unsigned *shift)
+{
+    *shift = (u & 1) ? 32 : 0;
+    return n->g.users_off + 4 * (u & ~UINT64_C(1));
+}
+
+/* Change slot u from `from` to `to` with a CAS. 1: done, 0: it held
+ * something else, <0: transport error. */
+static int slot_cas(struct node *n, uint64_t u, uint32_t from, uint32_t to)
+{
+    unsigned shift;
+    uint64_t word_off = slot_word(n, u, &shift);
+    for (;;) {
+        uint64_t w;
+        if (tp_read(n->tp, word_off, &w, 8) < 0)
+            return FMEM_EIO;
+        if ((uint32_t)(w >> shift) != from)
+            return 0;
+        uint64_t nw = (w & ~(UINT64_C(0xFFFFFFFF) << shift)) | ((uint64_t)to << shift);
+        int r = tp_cas(n->tp, word_off, w, nw, NULL);
+        if (r != 0)
+            return r; /* swapped, or an error; else the other half changed */
+    }
+}
+
 /* Claim a free user slot (pid recorded) with a CAS on the 8-byte word
  * holding it. Slot 0 is never used: user id 0 means "nobody". */
 int node_claim_uid_for(struct node *n, uint32_t pid, unsigned *uid)
@@ -69,33 +96,36 @@ int node_claim_uid_for(struct node *n, uint32_t pid, unsigned *uid)
     if (pid == 0)
         return FMEM_EINVAL;
     for (uint64_t u = 1; u < n->g.nusers; u++) {
-        uint64_t word_off = n->g.users_off + 4 * (u & ~UINT64_C(1));
-        unsigned shift = (u & 1) ? 32 : 0;
-        for (;;) {
-            uint64_t w;
-            if (tp_read(n->tp, word_off, &w, 8) < 0)
-                return FMEM_EIO;
-            if ((uint32_t)(w >> shift) != 0)
-                break;
-            uint64_t nw = w | ((uint64_t)pid << shift);
-            int r = tp_cas(n->tp, word_off, w, nw, NULL);
-            if (r < 0)
-                return r;
-            if (r == 1) {
-                *uid = (unsigned)u;
-                return 0;
-            }
+        int r = slot_cas(n, u, 0, pid);
+        if (r < 0)
+            return r;
+        if (r == 1) {
+            *uid = (unsigned)u;
+            return 0;
         }
     }
     return FMEM_EBUSY;
 }
 
-static int claim_uid(struct node *n, unsigned *uid)
+int node_claim_uid_exact(struct node *n, unsigned uid, uint32_t pid)
+{
+    if (pid == 0 || uid == 0 || uid >= n->g.nusers)
+        return FMEM_EINVAL;
+    int r = slot_cas(n, uid, 0, pid);
+    return r < 0 ? r : r == 1 ? 0 : FMEM_EBUSY;
+}
+
+bool node_holds_slot(const struct node *n)
+{
+    return n->owns_uid && n->slot_pid == node_own_pid(n);
+}
+
+uint32_t node_own_pid(const struct node *n)
 {
     uint32_t pid = (uint32_t)getpid();
     if (n->tp->wkeys_off) /* over RDMA */
         pid |= NODE_PID_REMOTE;
-    return node_claim_uid_for(n, pid, uid);
+    return pid;
 }
 
 uint32_t node_uid_pid(struct node *n, unsigned u)
@@ -108,16 +138,18 @@ uint32_t node_uid_pid(struct node *n, unsigned u)
 
 void node_clear_uid(struct node *n, unsigned u)
 {
-    uint64_t word_off = n->g.users_off + 4 * (u & ~1u);
-    unsigned shift = (u & 1) ? 32 : 0;
+    if (u == 0 || u >= n->g.nusers)
+        return;
     for (;;) {
-        uint64_t w;
-        if (tp_read(n->tp, word_off, &w, 8) < 0)
-            return;
-        uint64_t nw = w & ~(UINT64_C(0xFFFFFFFF) << shift);
-        if (tp_cas(n->tp, word_off, w, nw, NULL) != 0)
+        uint32_t pid = node_uid_pid(n, u);
+        if (pid == 0 || slot_cas(n, u, pid, 0) != 0)
             return;
     }
+}
+
+bool node_release_uid(struct node *n, unsigned u, uint32_t pid)
+{
+    return u && u < n->g.nusers && pid && slot_cas(n, u, pid, 0) == 1;
 }
 
 /* Headers re-read per round trip: a pool of up to 8 GiB (64 Ki spans) in
@@ -179,7 +211,8 @@ uint64_t node_allocated_bytes(struct node *n)
     return chunks << CHUNK_SHIFT;
 }
 
-int node_open(struct transport *tp, bool created, unsigned uid, struct node **out)
+int node_open_user(struct transport *tp, bool created, enum node_user how, unsigned uid,
+                   struct node **out)
 {
     struct geometry g;
     if (created) {
@@ -224,34 +257,58 @@ int node_open(struct transport *tp, bool created, unsigned uid, struct node **ou
         node_close(n);
         return FMEM_ENOMEM;
     }
-    if (uid) {
-        if (uid >= g.nusers) {
-            node_close(n);
-            return FMEM_EINVAL;
-        }
+    int rc = 0;
+    switch (how) {
+    case NODE_ADOPT:
+        if (uid == 0 || uid >= g.nusers)
+            rc = FMEM_EINVAL;
         n->uid = uid;
-    } else {
-        int rc = claim_uid(n, &n->uid);
-        if (rc) {
-            node_close(n);
-            return rc;
+        break;
+    case NODE_CLAIM_EXACT: /* user=N: the slot records us like any claim */
+        if (uid >= g.nusers) {
+            rc = FMEM_EINVAL;
+            break;
         }
+        rc = node_claim_uid_exact(n, uid, node_own_pid(n));
+        n->uid = uid;
+        break;
+    case NODE_CLAIM_ANY:
+        rc = node_claim_uid_for(n, node_own_pid(n), &n->uid);
+        break;
+    case NODE_NO_USER:
+        n->no_user = true;
+        break;
+    }
+    if (rc) {
+        node_close(n);
+        return rc;
+    }
+    if (how == NODE_CLAIM_EXACT || how == NODE_CLAIM_ANY) {
         n->owns_uid = true;
+        n->slot_pid = node_own_pid(n);
     }
     node_refresh_all(n);
     *out = n;
     return 0;
 }
 
+int node_open(struct transport *tp, bool created, unsigned uid, struct node **out)
+{
+    return node_open_user(tp, created, uid ? NODE_ADOPT : NODE_CLAIM_ANY, uid, out);
+}
+
 void node_close(struct node *n)
 {
     if (!n)
         return;
-    if (n->owns_uid)
-        node_clear_uid(n, n->uid);
+    /* only if the slot is still ours: a recovery may have given it away,
+     * and a fork child closing its copy leaves the parent's slot alone */
+    if (node_holds_slot(n))
+        node_release_uid(n, n->uid, n->slot_pid);
     free(n->sec_cache);
     free(n->span_cache);
     free(n->sec_flushed);
     free(n->span_flushed);
+    free(n->path);
     free(n);
 }

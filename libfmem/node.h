@@ -27,6 +27,12 @@ struct node {
     bool log_none;    /* benchmarks only: no log entries at all, and so no
                        * size check of handles (never set from a URI) */
     bool owns_uid;    /* release the user slot on close */
+    bool no_user;     /* opened for administration: no user slot, so no
+                       * allocation or free (fmem_open_admin) */
+    bool private_pool; /* a memfd no other process maps (mem:) */
+    uint32_t slot_pid; /* what this client wrote into its user slot */
+    char *path;       /* a named pool's metadata file (its session table
+                       * is next to it), or NULL */
     bool fork_claim;  /* a fork child that has yet to claim its own slot */
     bool remote_regen; /* a memory node refills backup keys (service mode) */
     /* this client's caches of the section and span headers; refreshed only
@@ -60,22 +66,45 @@ static inline uint64_t data_off(const struct node *n, uint64_t c) { return n->g.
 #define NODE_PID_REMOTE 0x80000000u
 
 /* node.c */
+/* How a client takes its user id on a node. */
+enum node_user {
+    NODE_CLAIM_ANY,   /* claim a free user slot */
+    NODE_CLAIM_EXACT, /* claim slot `uid` (URI user=N); FMEM_EBUSY if held */
+    NODE_ADOPT,       /* log as `uid`, a slot a memory node claimed for us */
+    NODE_NO_USER,     /* administration: no slot, no allocation or free */
+};
 /* Attach to the pool behind tp; created: tp's files were just made (they
  * read as zeros) and are formatted here. */
+int node_open_user(struct transport *tp, bool created, enum node_user how, unsigned uid,
+                   struct node **out);
+/* uid 0: NODE_CLAIM_ANY, else NODE_ADOPT. */
 int node_open(struct transport *tp, bool created, unsigned uid, struct node **out);
 void node_close(struct node *n);
 /* Free user slot `uid` (after its recovery). */
 void node_clear_uid(struct node *n, unsigned uid);
+/* Free slot `uid` only if it still holds `pid`: true if it did. */
+bool node_release_uid(struct node *n, unsigned uid, uint32_t pid);
 /* Claim a free user slot on behalf of process `pid` (a memory node for its
  * services); the pid of slot `uid`, 0 if free. */
 int node_claim_uid_for(struct node *n, uint32_t pid, unsigned *uid);
+/* Claim slot `uid` itself for `pid`: 0, or FMEM_EBUSY if it is held. */
+int node_claim_uid_exact(struct node *n, unsigned uid, uint32_t pid);
 uint32_t node_uid_pid(struct node *n, unsigned uid);
+/* What this process writes into a user slot it claims on n. */
+uint32_t node_own_pid(const struct node *n);
+/* Did this process claim n's user slot (not a recovery's, not the parent's
+ * of a fork child)? */
+bool node_holds_slot(const struct node *n);
 uint32_t node_new_key(struct node *n);
 void node_refresh_all(struct node *n);
 /* Forget which header values this client saw flushed (recovery and the
  * verifier must flush whatever is pending, even a value that recurs). */
 void node_forget_flushed(struct node *n);
 uint64_t node_allocated_bytes(struct node *n);
+
+/* recovery.c: at close of a shared pool, free every block this client
+ * still holds (unless its user id was recovered meanwhile). */
+void node_release_blocks(struct node *n);
 
 /* alloc.c: the two-layer protocol. A block is (first chunk, log2 chunks). */
 int node_alloc(struct node *n, unsigned log2_chunks, uint64_t *chunk, uint32_t *rkey);
@@ -115,6 +144,17 @@ struct key_read {
 extern _Thread_local struct key_read log_key_read;
 void log_commit_span(struct node *n, uint64_t s, uint64_t h);
 void log_commit_section(struct node *n, uint64_t x, uint64_t h);
+/* Flush unconditionally, ignoring which values this client saw flushed
+ * (the verifier: a value can recur). */
+void log_flush_span_now(struct node *n, uint64_t s, uint64_t h);
+void log_flush_section_now(struct node *n, uint64_t x, uint64_t h);
+/* Where the temporary log of span header value h (span s) belongs in the
+ * full log (*chunk) and the entry it must become (*want); false if there is
+ * nothing to flush. For a section header (section x) span_hdrs are its
+ * spans' current headers: a section log is stale once its span is attached. */
+bool log_expected_span(uint64_t s, uint64_t h, uint64_t *chunk, uint64_t *want);
+bool log_expected_section(uint64_t x, uint64_t h, const uint64_t span_hdrs[SPANS_PER_SECTION],
+                          uint64_t *chunk, uint64_t *want);
 /* Whether the temporary log in a span / section header value records an
  * allocation (else a free, a claim, or nothing). */
 bool log_span_prev_alloc(uint64_t h);

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include "fmem.h"
+#include "fmem_admin.h"
 #include "fork.h"
 #include "pool_internal.h"
+#include "session_table.h"
 #include "service/client.h"
 #include "uri.h"
 
@@ -25,6 +27,23 @@ int fmem_open(const char *uri, fmem_pool **out)
     int rc = service_uri(uri) /* unix:/PATH, fmem://...: an allocation service */
                  ? service_open(uri, out)
                  : embedded_open(uri, out);
+    if (rc == 0)
+        pool_fork_watch(*out);
+    fork_objects_unlock();
+    return rc;
+}
+
+int fmem_open_admin(const char *uri, fmem_pool **out)
+{
+    if (!out)
+        return FMEM_EINVAL;
+    *out = NULL;
+    if (!uri || !*uri)
+        return FMEM_EURI;
+    if (service_uri(uri)) /* a service holds no metadata for us */
+        return FMEM_ENOTSUP;
+    fork_objects_lock();
+    int rc = embedded_open_opts(uri, &(struct embedded_opts){.admin = true}, out);
     if (rc == 0)
         pool_fork_watch(*out);
     fork_objects_unlock();
@@ -147,10 +166,12 @@ int fmem_unlink(const char *uri)
     for (int i = 0; i < n; i++) {
         if (us[i].kind == URI_MEM)
             continue;
-        char data_path[PATH_MAX + 8];
+        char data_path[PATH_MAX + 16];
         snprintf(data_path, sizeof data_path, "%s.data", us[i].path);
         if (unlink(us[i].path) < 0 && rc == 0)
             rc = FMEM_EIO;
+        unlink(data_path);
+        snprintf(data_path, sizeof data_path, "%s%s", us[i].path, SESSION_SUFFIX);
         unlink(data_path);
     }
     free(us);
@@ -186,6 +207,7 @@ const char *fmem_strerror(int err)
     case FMEM_ERANGE: return "offset or length outside the allocation";
     case FMEM_EBUSY: return "no free user id, or the resource is busy";
     case FMEM_EQUOTA: return "the application's allocation quota is reached";
+    case FMEM_ESTALE: return "the service that issued this handle is gone; reopen the pool";
     default: return "unknown fmem error";
     }
 }

@@ -78,6 +78,9 @@ struct embedded_opts {
     /* a daemon's pool: refuse pool files another user owns or that group
      * or others may write (pool_files.h) */
     bool own_files;
+    /* administration (fmem_open_admin): no user slot, no allocation or
+     * free, never creates a pool */
+    bool admin;
 };
 int embedded_open_opts(const char *uri, const struct embedded_opts *o, fmem_pool **out);
 /* Benchmarks only: write no redo-log entries at all on any node (the

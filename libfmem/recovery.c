@@ -6,12 +6,14 @@
  * so they race with live users exactly like another client would. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
 #include "fmem_admin.h"
 #include "pool_internal.h"
 #include "protocol.h"
+#include "session_table.h"
 
 #define LOG_BATCH 65536 /* entries per READ while walking the full log */
 
@@ -103,7 +105,9 @@ static void free_found(struct node *n, uint64_t chunk, uint64_t e, void *st)
     free_entry(n, chunk, e, st);
 }
 
-static int recover_node(struct node *n, unsigned uid, fmem_recovery_stats *st)
+/* Flush, finish uid's span moves, and free every block whose latest entry
+ * is an allocation by uid. The user slot is left as it is. */
+static int reclaim(struct node *n, unsigned uid, fmem_recovery_stats *st)
 {
     uint64_t before = st->logs_flushed;
     uint64_t log_cas0 = tp_trace.log_cas;
@@ -113,8 +117,32 @@ static int recover_node(struct node *n, unsigned uid, fmem_recovery_stats *st)
     if (scanned < 0)
         return (int)scanned;
     st->entries_scanned += (uint64_t)scanned;
-    node_clear_uid(n, uid);
     return 0;
+}
+
+/* Recover uid on one node. A slot holding a process (the caller knows it
+ * is dead) is freed at the end; a free slot (blocks leaked by a user id
+ * nobody holds) is claimed for the duration, so that no one can take that
+ * id and allocate under it while its old blocks are being freed. */
+static int recover_node(struct node *n, unsigned uid, fmem_recovery_stats *st)
+{
+    uint32_t lock = 0;
+    if (uid < n->g.nusers && node_uid_pid(n, uid) == 0) {
+        lock = node_own_pid(n);
+        int rc = node_claim_uid_exact(n, uid, lock);
+        if (rc)
+            return rc; /* taken just now: a live user */
+    }
+    /* a service's applications must stop using its handles before any of
+     * its blocks can go to someone else */
+    if (n->path && session_fence_path(n->path, uid))
+        session_grace();
+    int rc = reclaim(n, uid, st);
+    if (lock)
+        node_release_uid(n, uid, lock);
+    else
+        node_clear_uid(n, uid);
+    return rc;
 }
 
 int fmem_recover(fmem_pool *p, unsigned uid, fmem_recovery_stats *out)
@@ -135,6 +163,76 @@ int fmem_recover(fmem_pool *p, unsigned uid, fmem_recovery_stats *out)
     if (out)
         *out = st;
     return rc;
+}
+
+/* User ids whose allocations the full log of n records, and which hold no
+ * slot: set in `leaked` (MAX_UID + 1 entries). */
+static int find_leaked(struct node *n, bool *leaked)
+{
+    uint64_t *buf = malloc(8 * LOG_BATCH);
+    uint32_t *pids = calloc(n->g.nusers, sizeof *pids);
+    int rc = buf && pids ? 0 : FMEM_ENOMEM;
+    if (rc == 0 && tp_read(n->tp, n->g.users_off, pids, 4 * n->g.nusers) < 0)
+        rc = FMEM_EIO;
+    for (uint64_t base = 0; rc == 0 && base < n->g.nchunks; base += LOG_BATCH) {
+        uint64_t cnt = n->g.nchunks - base < LOG_BATCH ? n->g.nchunks - base : LOG_BATCH;
+        if (tp_read(n->tp, log_off(n, base), buf, 8 * cnt) < 0) {
+            rc = FMEM_EIO;
+            break;
+        }
+        for (uint64_t i = 0; i < cnt; i++) {
+            unsigned u = log_uid(buf[i]);
+            if (log_valid(buf[i]) && log_alloc(buf[i]) && u && (u >= n->g.nusers || !pids[u]))
+                leaked[u] = true;
+        }
+    }
+    free(buf);
+    free(pids);
+    return rc;
+}
+
+int fmem_recover_leaked(fmem_pool *p, fmem_recovery_stats *out)
+{
+    if (!p)
+        return FMEM_EINVAL;
+    if (p->nnodes == 0)
+        return FMEM_ENOTSUP;
+    bool *leaked = malloc(MAX_UID + 1);
+    if (!leaked)
+        return FMEM_ENOMEM;
+    fmem_recovery_stats st = {0};
+    uint64_t t0 = now_ns();
+    int rc = 0;
+    for (unsigned i = 0; i < p->nnodes && rc == 0; i++) {
+        struct node *n = p->nodes[i];
+        memset(leaked, 0, MAX_UID + 1);
+        node_flush_all(n, 0, NULL); /* so that the log holds every latest operation */
+        rc = find_leaked(n, leaked);
+        for (unsigned u = 1; u <= MAX_UID && rc == 0; u++) {
+            if (!leaked[u] || u == n->uid)
+                continue;
+            int r = recover_node(n, u, &st);
+            if (r && r != FMEM_EBUSY) /* EBUSY: claimed meanwhile, a live user now */
+                rc = r;
+        }
+    }
+    free(leaked);
+    st.elapsed_ns = now_ns() - t0;
+    if (out)
+        *out = st;
+    return rc;
+}
+
+/* fmem_close of a pool other processes map: give back what this client
+ * still holds, unless its user id was recovered (and maybe handed to
+ * someone else) meanwhile. */
+void node_release_blocks(struct node *n)
+{
+    if (!node_holds_slot(n) || n->no_user || n->private_pool ||
+        node_uid_pid(n, n->uid) != n->slot_pid)
+        return;
+    fmem_recovery_stats st = {0};
+    reclaim(n, n->uid, &st);
 }
 
 unsigned fmem_user_id(fmem_pool *p, unsigned node)

@@ -209,6 +209,34 @@ void log_commit_section(struct node *n, uint64_t x, uint64_t h)
     atomic_store_explicit(&n->sec_flushed[x], h, memory_order_relaxed);
 }
 
+/* The entry a header's temporary log belongs in, and what it must hold
+ * there once flushed. false: the header holds nothing to flush (no log, a
+ * claim record, or a section log whose span has since been attached, which
+ * a flush would discard). */
+bool log_expected_span(uint64_t s, uint64_t h, uint64_t *chunk, uint64_t *want)
+{
+    struct tlog t = span_tlog(s, h);
+    if (!t.valid)
+        return false;
+    *chunk = t.chunk;
+    *want = log_make(t.alloc, t.layer, t.log2_chunks, t.ts, t.uid);
+    return true;
+}
+
+bool log_expected_section(uint64_t x, uint64_t h, const uint64_t span_hdrs[SPANS_PER_SECTION],
+                          uint64_t *chunk, uint64_t *want)
+{
+    struct tlog t = sec_tlog(x, h);
+    if (!t.valid)
+        return false;
+    *chunk = t.chunk;
+    *want = log_make(t.alloc, t.layer, t.log2_chunks, t.ts, t.uid);
+    return h_detached(span_hdrs[t.span % SPANS_PER_SECTION]);
+}
+
+void log_flush_span_now(struct node *n, uint64_t s, uint64_t h) { log_commit_span(n, s, h); }
+void log_flush_section_now(struct node *n, uint64_t x, uint64_t h) { log_commit_section(n, x, h); }
+
 bool log_span_prev_alloc(uint64_t h) { return span_log_alloc(h); }
 bool log_sec_prev_alloc(uint64_t h) { return sec_log_alloc(h); }
 

@@ -357,7 +357,7 @@ Test(faults, kill_fmemd_and_restart)
     /* the application notices */
     fmem_handle x;
     cr_assert_eq(fmem_alloc(p, 4096, &x), FMEM_EIO);
-    cr_assert_eq(fmem_read(p, &h[0], 0, &x, 1), FMEM_EIO);
+    cr_assert_eq(fmem_read(p, &h[0], 0, &x, 1), FMEM_ESTALE);
     fmem_close(p);
     /* the other service kept going the whole time */
     char buf[8];

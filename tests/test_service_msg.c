@@ -63,7 +63,12 @@ Test(msg, welcome_fields)
     w.data_bytes[0] = 64 << 20;
     struct msg m;
     size_t n = msg_encode(buf, MSG_APP_WELCOME, 1, &w, sizeof w);
+    cr_assert_eq(msg_decode(buf, n, &m), FMEM_EINVAL, "a shm node without a session");
+    w.svc_uid[0] = 3;
+    w.session[0] = 0x1234;
+    n = msg_encode(buf, MSG_APP_WELCOME, 1, &w, sizeof w);
     cr_assert_eq(msg_decode(buf, n, &m), 0);
+    cr_assert_eq(m.u.welcome.session[0], 0x1234);
     w.nnodes = SVC_MAX_NODES + 1;
     n = msg_encode(buf, MSG_APP_WELCOME, 1, &w, sizeof w);
     cr_assert_eq(msg_decode(buf, n, &m), FMEM_EINVAL);

@@ -1,16 +1,23 @@
 /* fmem - command-line tool for fmem pools and services.
  *   fmem status [URI] [--map FILE.png] [--node N]
  *                            pools, space, services, applications
- *   fmem verify URI          check headers against the redo log
- *   fmem recover URI UID     reclaim everything user UID owns (UID is dead)
+ *   fmem verify URI          check headers against the redo log (exit 0 clean,
+ *                            1 errors or leaks, 3 incomplete: busy sections)
+ *   fmem recover URI UID [--force]
+ *                            reclaim everything user UID owns: refused while
+ *                            its process runs, unless --force
+ *   fmem recover URI --leaked
+ *                            reclaim the blocks of user ids without a slot
  *   fmem mnode ARGS...       run the memory node daemon in the foreground
  *   fmem daemon ARGS...      run the allocation service in the foreground */
 #include <errno.h>
+#include <stdbool.h>
 #include <fmem.h>
 #include <fmem_admin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "service/status_cmd.h"
 
@@ -18,7 +25,8 @@ static int usage(FILE *f)
 {
     fprintf(f, "usage: fmem status [URI] [--map FILE.png] [--node N]\n"
                "       fmem verify URI\n"
-               "       fmem recover URI UID\n"
+               "       fmem recover URI UID [--force]\n"
+               "       fmem recover URI --leaked\n"
                "       fmem mnode --pool URI --socket PATH [options]   (see fmem mnode --help)\n"
                "       fmem daemon --mnode PATH --socket PATH [options] (see fmem daemon --help)\n"
                "URI is a pool URI, e.g. shm:/NAME (see fmem_open in fmem.h), or a daemon's\n"
@@ -27,21 +35,17 @@ static int usage(FILE *f)
     return f == stderr ? 2 : 0;
 }
 
-/* Open an existing pool: never create one by accident. */
+/* Open an existing pool for administration: no user slot is claimed (the
+ * user table may be full) and no pool is ever created. */
 static fmem_pool *open_existing(const char *uri)
 {
-    char buf[4096];
-    const char *sep = strchr(uri, '?') ? "&" : "?";
     if (strncmp(uri, "mem:", 4) == 0) {
         fprintf(stderr, "fmem: %s is a private in-process pool; name a shared one\n", uri);
         exit(2);
     }
-    if ((size_t)snprintf(buf, sizeof buf, "%s%screate=0", uri, sep) >= sizeof buf) {
-        fprintf(stderr, "fmem: URI too long\n");
-        exit(2);
-    }
     fmem_pool *p;
-    int rc = fmem_open(buf, &p);
+    errno = 0;
+    int rc = fmem_open_admin(uri, &p);
     if (rc) {
         fprintf(stderr, "fmem: %s: %s%s%s\n", uri, fmem_strerror(rc), rc == FMEM_EIO ? ": " : "",
                 rc == FMEM_EIO ? strerror(errno) : "");
@@ -67,11 +71,100 @@ static int cmd_verify(const char *uri)
            (unsigned long long)r.alloc_without_owner, (unsigned long long)r.owner_of_free,
            (unsigned long long)r.owned_twice, (unsigned long long)r.state_mismatch,
            (unsigned long long)r.bad_entries, (unsigned long long)r.claims_in_progress);
-    printf("verifier=%s\n", r.errors ? "dirty" : "clean");
-    return r.errors ? 1 : 0;
+    if (r.leaked_blocks)
+        printf("leaked: %llu allocations, %llu bytes, of user ids that hold no user slot "
+               "(fmem recover URI UID, or fmem recover URI --leaked, takes them back)\n",
+               (unsigned long long)r.leaked_blocks, (unsigned long long)r.leaked_bytes);
+    if (r.dead_owner_blocks || r.dead_slots)
+        printf("awaiting recovery: %llu allocations, %llu bytes, of users whose process is gone "
+               "(%llu such user slots)\n",
+               (unsigned long long)r.dead_owner_blocks, (unsigned long long)r.dead_owner_bytes,
+               (unsigned long long)r.dead_slots);
+    if (r.busy_sections)
+        printf("not checked: %llu sections changed during every snapshot (the pool is very "
+               "busy); run verify again\n", (unsigned long long)r.busy_sections);
+    const char *verdict = r.errors ? "dirty" : r.busy_sections ? "incomplete" : "clean";
+    printf("verifier=%s\n", verdict);
+    return r.errors ? 1 : r.busy_sections ? 3 : 0;
 }
 
-static int cmd_recover(const char *uri, const char *uid_s)
+static void print_recovered(const char *who, const fmem_recovery_stats *st)
+{
+    printf("%s: freed %llu blocks (%llu bytes), flushed %llu logs, cleared %llu claims, "
+           "scanned %llu entries in %.3f ms\n",
+           who, (unsigned long long)st->blocks_freed, (unsigned long long)st->bytes_freed,
+           (unsigned long long)st->logs_flushed, (unsigned long long)st->claims_cleared,
+           (unsigned long long)st->entries_scanned, st->elapsed_ns / 1e6);
+}
+
+/* The command name of a local process, for messages. */
+static const char *comm_of(uint32_t pid, char *buf, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%u/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(buf, (int)cap, f))
+        snprintf(buf, cap, "?");
+    if (f)
+        fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    return buf;
+}
+
+/* Does the heartbeat word of a remote holder still change? It is written
+ * every period (1 s by default; up to 3 periods are awaited). */
+static bool heartbeat_moves(fmem_pool *p, unsigned node, unsigned uid, uint64_t first)
+{
+    for (int i = 0; i < 35; i++) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+        fmem_user_info_t again;
+        if (fmem_user_info(p, node, uid, &again) == 0 && again.heartbeat != first)
+            return true;
+    }
+    return false;
+}
+
+/* Why uid must not be recovered on that node, or NULL if it may be: its
+ * holder runs (a local pid), or writes heartbeats, or cannot be judged. */
+static const char *live_reason(fmem_pool *p, unsigned node, unsigned uid,
+                               const fmem_user_info_t *u, char *msg, size_t cap)
+{
+    char comm[64];
+    if (!u->pid)
+        return NULL;
+    if (!u->remote) {
+        if (u->alive == 1) {
+            snprintf(msg, cap, "user %u is held by process %u (%s), which is running", uid, u->pid,
+                     comm_of(u->pid, comm, sizeof comm));
+            return msg;
+        }
+        if (!u->session)
+            return NULL;
+        /* a service whose session the memory node has not ended: its pid
+         * may live in another pid namespace, or the memory node is about to
+         * (or, being down, cannot) recover it */
+        snprintf(msg, cap, "user %u is a service with a live session in the memory node's session "
+                           "table, and its process %u is not visible here (another pid "
+                           "namespace?); the memory node recovers a dead service itself",
+                 uid, u->pid);
+        return msg;
+    }
+    bool service = u->heartbeat != 0; /* an fmemd: it writes heartbeats */
+    if (service && heartbeat_moves(p, node, uid, u->heartbeat)) {
+        snprintf(msg, cap, "user %u is held by process %u on another machine, whose heartbeat "
+                           "is still moving", uid, u->pid);
+        return msg;
+    }
+    if (!service) {
+        snprintf(msg, cap, "user %u is held by process %u on another machine, which writes no "
+                           "heartbeat: fmem cannot tell whether it is alive", uid, u->pid);
+        return msg;
+    }
+    return NULL; /* a remote service whose heartbeat stopped */
+}
+
+static int cmd_recover(const char *uri, const char *uid_s, bool force)
 {
     char *end;
     errno = 0;
@@ -81,18 +174,67 @@ static int cmd_recover(const char *uri, const char *uid_s)
         return 2;
     }
     fmem_pool *p = open_existing(uri);
+    fmem_stats_t ps;
+    fmem_stats(p, &ps);
+    uint64_t blocks = 0, held = 0;
+    for (unsigned node = 0; node < ps.nodes; node++) {
+        fmem_user_info_t u;
+        int rc = fmem_user_info(p, node, (unsigned)uid, &u);
+        if (rc) {
+            fprintf(stderr, "fmem: recover: %s\n", fmem_strerror(rc));
+            fmem_close(p);
+            return 1;
+        }
+        char msg[256];
+        const char *why = live_reason(p, node, (unsigned)uid, &u, msg, sizeof msg);
+        if (why && !force) {
+            fprintf(stderr, "fmem: recover: %s%s; not recovered (--force recovers it anyway, "
+                            "freeing blocks that process may still use)\n",
+                    why, ps.nodes > 1 ? " on one of the memory nodes" : "");
+            fmem_close(p);
+            return 1;
+        }
+        if (why)
+            fprintf(stderr, "fmem: recover: --force: %s\n", why);
+        blocks += u.blocks;
+        held += u.pid != 0;
+        if (!u.pid && u.blocks)
+            printf("user %lu holds no user slot%s but owns %llu blocks (%llu bytes): leaked; "
+                   "taking them back\n",
+                   uid, u.in_table ? "" : " (it is beyond the user table)",
+                   (unsigned long long)u.blocks, (unsigned long long)u.bytes);
+    }
+    if (!blocks && !held) {
+        fprintf(stderr, "fmem: recover: user %lu is not in use: no process holds it and it "
+                        "owns no blocks; nothing to recover\n", uid);
+        fmem_close(p);
+        return 1;
+    }
     fmem_recovery_stats st;
     int rc = fmem_recover(p, (unsigned)uid, &st);
+    fmem_close(p);
+    if (rc) {
+        fprintf(stderr, "fmem: recover: %s%s\n", fmem_strerror(rc),
+                rc == FMEM_EBUSY ? " (the user id was claimed meanwhile: someone uses it)" : "");
+        return 1;
+    }
+    char who[32];
+    snprintf(who, sizeof who, "user %lu", uid);
+    print_recovered(who, &st);
+    return 0;
+}
+
+static int cmd_recover_leaked(const char *uri)
+{
+    fmem_pool *p = open_existing(uri);
+    fmem_recovery_stats st;
+    int rc = fmem_recover_leaked(p, &st);
     fmem_close(p);
     if (rc) {
         fprintf(stderr, "fmem: recover: %s\n", fmem_strerror(rc));
         return 1;
     }
-    printf("user %lu: freed %llu blocks (%llu bytes), flushed %llu logs, cleared %llu claims, "
-           "scanned %llu entries in %.3f ms\n",
-           uid, (unsigned long long)st.blocks_freed, (unsigned long long)st.bytes_freed,
-           (unsigned long long)st.logs_flushed, (unsigned long long)st.claims_cleared,
-           (unsigned long long)st.entries_scanned, st.elapsed_ns / 1e6);
+    print_recovered("leaked blocks (user ids without a slot)", &st);
     return 0;
 }
 
@@ -110,7 +252,13 @@ int main(int argc, char **argv)
         return cmd_exec_daemon("fmemd", argc - 1, argv + 1);
     if (!strcmp(argv[1], "verify") && argc == 3)
         return cmd_verify(argv[2]);
+    if (!strcmp(argv[1], "recover") && argc == 4 && !strcmp(argv[3], "--leaked"))
+        return cmd_recover_leaked(argv[2]);
     if (!strcmp(argv[1], "recover") && argc == 4)
-        return cmd_recover(argv[2], argv[3]);
+        return cmd_recover(argv[2], argv[3], false);
+    if (!strcmp(argv[1], "recover") && argc == 5 &&
+        (!strcmp(argv[4], "--force") || !strcmp(argv[2], "--force")))
+        return !strcmp(argv[2], "--force") ? cmd_recover(argv[3], argv[4], true)
+                                           : cmd_recover(argv[2], argv[3], true);
     return usage(stderr);
 }

@@ -51,6 +51,10 @@ enum fmem_error {
     FMEM_EBUSY = -12,      /* no free user id, or the resource is in use */
     FMEM_EQUOTA = -13,     /* the application's quota (bytes or allocations)
                             * set by its allocation service is reached */
+    FMEM_ESTALE = -14,     /* the allocation service that issued the handle
+                            * is gone (it died, was fenced by its memory
+                            * node, or shut down): its blocks are reclaimed
+                            * and may be another application's; reopen */
 };
 
 /* An opened pool: an embedded pool, or (later) a connection to a service. */
@@ -103,11 +107,19 @@ typedef struct fmem_stats_t {
  * the caller sleeps while one emulator thread per process plays the NIC,
  * runs the operations half a round trip after posting and wakes the caller
  * a full round trip after; it uses no client CPU while waiting and is the
- * default of fmem-bench), user=N (user id, default: claimed from the pool),
+ * default of fmem-bench), user=N (log as user id N: its slot in the pool's
+ * user table is claimed like any other, FMEM_EBUSY if it is held; default:
+ * any free slot),
  * create=0|1 (shm/file: fail if absent / create if absent, default 1).
  * Several URIs separated by ';' open several memory nodes as one pool. */
 #define FMEM_DEFAULT_SIZE ((uint64_t)1 << 30)
 FMEM_API int fmem_open(const char *uri, fmem_pool **out);
+/* Close a pool. Every block allocated through this pool object that is
+ * still allocated is freed (on pools other processes can map: shm:, file:,
+ * rdma://; a mem: pool goes away whole), and its user slot is released:
+ * a user id never leaves blocks behind that nobody could free. Handles of
+ * those blocks given to other processes stop working. Over a service
+ * (unix:, fmem://), fmemd frees them when the connection closes. */
 FMEM_API void fmem_close(fmem_pool *pool);
 /* Remove the files of the named pool(s) in `uri` (shm:, file:). Processes
  * that have it open keep using it until they close it. */

@@ -7,7 +7,15 @@
  * in software: a process that maps the data file can reach all of it.
  * A memory node that fmemd reaches over RDMA is reached from here with an
  * application queue pair that holds no key: fmem_read and fmem_write post
- * RDMA requests with the block's window key, which the NIC checks. */
+ * RDMA requests with the block's window key, which the NIC checks.
+ *
+ * Every use of a handle first checks that the service that issued it may
+ * still serve us: fmemd has not revoked our ring (it drops us or shuts
+ * down), and on shm nodes its session is still the live one in the memory
+ * node's session table (the memory node ends it before it recovers a dead
+ * or silent fmemd); over RDMA, the socket to fmemd is still up (the keys
+ * of a recovered service's blocks die in the NIC anyway). Otherwise the
+ * blocks may already be someone else's: FMEM_ESTALE. */
 #include "service/client.h"
 
 #include <errno.h>
@@ -28,6 +36,7 @@
 #endif
 #include "service/ring.h"
 #include "service/sock.h"
+#include "session_table.h"
 
 #define DEFAULT_SOCKET "/run/fmem/fmemd.sock"
 #define CLIENT_SPIN_NS 50000 /* spin for a reply before sleeping */
@@ -40,6 +49,12 @@ struct svc_client {
     void *data[SVC_MAX_NODES];              /* shm nodes: the mapped data */
     struct transport *rdma[SVC_MAX_NODES];  /* RDMA nodes: our queue pairs */
     uint64_t data_bytes[SVC_MAX_NODES];
+    /* shm nodes: fmemd's word in its memory node's session table, and the
+     * session it holds while fmemd may serve us */
+    const _Atomic uint64_t *sess_word[SVC_MAX_NODES];
+    uint64_t session[SVC_MAX_NODES];
+    void *sess_map[SVC_MAX_NODES];
+    size_t sess_len[SVC_MAX_NODES];
     pthread_rwlock_t lock; /* guards held */
     struct own_table held;
     pthread_mutex_t sock_mu; /* one socket request at a time */
@@ -86,9 +101,28 @@ static bool alive(void *ctx)
     return true;
 }
 
-static int call(struct svc_client *c, struct ring_req *req, struct ring_rsp *rsp)
+/* Is the service that issued our handles gone (or has it let us go)? Once
+ * true, for good. */
+static bool service_gone(struct svc_client *c, unsigned node)
 {
     if (atomic_load_explicit(&c->dead, memory_order_relaxed))
+        return true;
+    bool gone;
+    if (!c->ring || atomic_load_explicit(&c->ring->revoked, memory_order_acquire))
+        gone = true;
+    else if (c->sess_word[node])
+        gone = atomic_load_explicit(c->sess_word[node], memory_order_acquire) != c->session[node];
+    else
+        return !alive(c); /* an RDMA node: fmemd's socket tells */
+    if (gone)
+        atomic_store(&c->dead, true);
+    return gone;
+}
+
+static int call(struct svc_client *c, struct ring_req *req, struct ring_rsp *rsp)
+{
+    if (atomic_load_explicit(&c->dead, memory_order_relaxed) || !c->ring ||
+        atomic_load_explicit(&c->ring->revoked, memory_order_acquire))
         return FMEM_EIO;
     int rc = ring_call(c->ring, req, rsp, alive, c, CLIENT_SPIN_NS);
     if (rc)
@@ -157,6 +191,26 @@ static int connect_rdma(struct svc_client *c, unsigned i, const char *addr, uint
 #endif
 }
 
+/* The session table of shm node i (fds from fmemd): fmemd's word in it. */
+static int map_session(struct svc_client *c, unsigned i, int fd, unsigned uid, uint64_t session)
+{
+    const _Atomic uint64_t *words;
+    uint64_t nusers;
+    if (c->sess_map[i]) /* a fork child's new connection: not the parent's table */
+        munmap(c->sess_map[i], c->sess_len[i]);
+    c->sess_map[i] = NULL;
+    c->sess_word[i] = NULL;
+    int rc = session_map(fd, &words, &nusers, &c->sess_map[i], &c->sess_len[i]);
+    if (rc)
+        return rc;
+    if (uid >= nusers)
+        return FMEM_ECORRUPT;
+    c->sess_word[i] = &words[uid];
+    c->session[i] = session;
+    /* a service already fenced hands out nothing that stays ours */
+    return atomic_load(c->sess_word[i]) == session ? 0 : FMEM_ESTALE;
+}
+
 static int handshake(struct svc_client *c)
 {
     struct msg_app_hello h = {0};
@@ -182,16 +236,20 @@ static int handshake(struct svc_client *c)
     unsigned nshm = 0;
     for (unsigned i = 0; rc == 0 && i < m.u.welcome.nnodes; i++)
         nshm += m.u.welcome.rdma_addr[i][0] == 0;
-    if (rc == 0 && nfds != nshm + 1)
+    if (rc == 0 && nfds != 2 * nshm + 1) /* ring, then data and sessions per shm node */
         rc = FMEM_EIO;
     if (rc == 0)
         rc = ring_map(fds[0], &c->ring);
     for (unsigned i = 0, f = 1; rc == 0 && i < m.u.welcome.nnodes; i++) {
         uint64_t sz = m.u.welcome.data_bytes[i];
-        if (m.u.welcome.rdma_addr[i][0])
+        if (m.u.welcome.rdma_addr[i][0]) {
             rc = connect_rdma(c, i, m.u.welcome.rdma_addr[i], sz);
-        else
-            rc = map_data(c, i, fds[f++], sz);
+        } else {
+            rc = map_data(c, i, fds[f], sz);
+            if (rc == 0)
+                rc = map_session(c, i, fds[f + 1], m.u.welcome.svc_uid[i], m.u.welcome.session[i]);
+            f += 2;
+        }
         if (rc == 0)
             c->nnodes = i + 1;
     }
@@ -209,6 +267,8 @@ static void cl_close(fmem_pool *p)
         for (unsigned i = 0; i < SVC_MAX_NODES; i++) {
             if (c->data[i])
                 munmap(c->data[i], c->data_bytes[i]);
+            if (c->sess_map[i])
+                munmap(c->sess_map[i], c->sess_len[i]);
             if (c->rdma[i])
                 tp_close(c->rdma[i]);
         }
@@ -278,6 +338,8 @@ static int cl_free(fmem_pool *p, const fmem_handle *h)
     if (local == 0) /* no access from here on, even before fmemd answers */
         own_del(&c->held, own_get(&c->held, own_key(h->node, h->addr >> CHUNK_SHIFT)));
     pthread_rwlock_unlock(&c->lock);
+    if (local == 0 && service_gone(c, h->node))
+        return FMEM_ESTALE; /* its service reclaims it, or already did */
     /* fmemd decides in any case: it checks its own table of our blocks */
     struct ring_req req = {.op = RING_FREE, .h = *h, .cookie = atomic_fetch_add(&c->seq, 1)};
     struct ring_rsp rsp;
@@ -290,13 +352,13 @@ static int cl_free(fmem_pool *p, const fmem_handle *h)
 static int access_check(struct svc_client *c, const fmem_handle *h, uint64_t off, size_t len,
                         char **where)
 {
-    if (atomic_load_explicit(&c->dead, memory_order_relaxed))
-        return FMEM_EIO;
     pthread_rwlock_rdlock(&c->lock);
     int rc = held_check(c, h);
     pthread_rwlock_unlock(&c->lock);
     if (rc)
         return rc;
+    if (service_gone(c, h->node))
+        return FMEM_ESTALE;
     if (off > h->length || len > h->length - off)
         return FMEM_ERANGE;
     *where = c->data[h->node] ? (char *)c->data[h->node] + h->addr + off : NULL;
@@ -340,11 +402,15 @@ static int cl_copy(fmem_pool *p, const fmem_handle *h, uint64_t off, void *buf, 
         return rc;
     if (w) {
         memcpy(write ? w : buf, write ? buf : w, len);
-        return 0;
+        /* fenced while copying: what was read may be another's data */
+        return !write && service_gone(c, h->node) ? FMEM_ESTALE : 0;
     }
     struct transport *t = c->rdma[h->node];
     uint64_t at = t->meta_size + h->addr + off;
-    return write ? tp_write_key(t, at, buf, len, h->rkey) : tp_read_key(t, at, buf, len, h->rkey);
+    rc = write ? tp_write_key(t, at, buf, len, h->rkey) : tp_read_key(t, at, buf, len, h->rkey);
+    if (rc == FMEM_EACCES && service_gone(c, h->node))
+        rc = FMEM_ESTALE; /* the key died with the service's blocks */
+    return rc;
 }
 
 static int cl_read(fmem_pool *p, const fmem_handle *h, uint64_t off, void *dst, size_t len)

@@ -12,6 +12,7 @@
 #include "service/daemon_internal.h"
 #include "service/notify.h"
 #include "service/sock.h"
+#include "session_table.h"
 
 void dsay(const struct fmemd *d, const char *fmt, ...)
 {
@@ -120,7 +121,12 @@ int fmemd_run(const struct fmemd_config *cfg)
 out:
     listener_close(&d->ls, cfg->socket_path);
     /* every application goes: their blocks are given back before the
-     * memory nodes hear that we leave */
+     * memory nodes hear that we leave, after their handles stopped working
+     * and a use of one that passed the check just before has finished */
+    for (unsigned i = 0; i < d->napps; i++)
+        atomic_store(&d->apps[i]->ring->revoked, 1);
+    if (d->napps)
+        session_grace();
     while (d->napps)
         app_gone(d, d->napps - 1);
     conns_stop(d);

@@ -176,10 +176,14 @@ static void welcome(struct fmemd *d, unsigned i, const struct msg *m, uint64_t n
     fds[nfds++] = rfd;
     for (unsigned k = 0; k < d->nnodes; k++) {
         w.data_bytes[k] = d->nodes[k].data_bytes;
-        if (d->nodes[k].rdma)
+        if (d->nodes[k].rdma) {
             snprintf(w.rdma_addr[k], sizeof w.rdma_addr[k], "%s", d->nodes[k].rdma_addr);
-        else
+        } else {
             fds[nfds++] = shm_transport_data_fd(d->nodes[k].tp);
+            fds[nfds++] = d->nodes[k].sess_fd;
+            w.svc_uid[k] = d->nodes[k].uid;
+            w.session[k] = d->nodes[k].session;
+        }
     }
     /* the first message on a fresh socket: it fits, or the peer is gone */
     int rc = sock_reply_msg(a->peer.fd, MSG_APP_WELCOME, m->seq, &w, sizeof w, fds, nfds);
@@ -298,6 +302,8 @@ void conns_accept(struct fmemd *d, uint64_t now)
 void app_gone(struct fmemd *d, unsigned i)
 {
     struct app *a = d->apps[i];
+    /* its handles stop working before its blocks go back to the pool */
+    atomic_store(&a->ring->revoked, 1);
     d->apps[i] = d->apps[--d->napps];
     worker_detach(a->w, a);
     uidtab_sub(&d->uids, a->peer.uid, false, ring_now_ns());

@@ -58,6 +58,14 @@ struct dnode {
     uint64_t hb_seq, next_try_ns;
     char pool[64];
     unsigned heartbeat_ms;
+    /* shm: the memory node's session table (handed to applications) and
+     * our session in it */
+    int sess_fd;
+    uint64_t session;
+    const _Atomic uint64_t *sess_words;
+    uint64_t sess_nusers;
+    void *sess_map;
+    size_t sess_len;
 };
 
 struct fmemd {

@@ -4,11 +4,13 @@
  * mapped and in use; only key regeneration and recovery wait for it. */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "service/daemon_internal.h"
 #include "service/sock.h"
+#include "session_table.h"
 #include "uri.h"
 #ifdef HAVE_RDMA
 #include "verbs/transport_verbs.h"
@@ -70,16 +72,16 @@ static int register_node(struct fmemd *d, unsigned i, bool resume)
     struct msg_svc_register r = {.resume_uid = resume ? dn->uid : 0, .pid = (uint32_t)getpid()};
     snprintf(r.name, sizeof r.name, "%s", d->cfg->name ? d->cfg->name : "fmemd");
     static uint8_t buf[MSG_MAX_BYTES];
-    int fds[2];
+    int fds[3];
     unsigned nfds = 0;
-    ssize_t n = sock_ask(fd, MSG_SVC_REGISTER, 1, &r, sizeof r, buf, sizeof buf, fds, 2, &nfds,
+    ssize_t n = sock_ask(fd, MSG_SVC_REGISTER, 1, &r, sizeof r, buf, sizeof buf, fds, 3, &nfds,
                          5000);
     struct msg m;
     int rc = n > 0 ? msg_decode(buf, (size_t)n, &m) : FMEM_EIO;
     if (rc == 0 && m.type == MSG_ERROR) {
         rc = m.u.error.code;
         dsay(d, "memory node %s refused us: %s", dn->path, m.u.error.text);
-    } else if (rc == 0 && (m.type != MSG_SVC_WELCOME || nfds != 2))
+    } else if (rc == 0 && (m.type != MSG_SVC_WELCOME || nfds != 3))
         rc = FMEM_EINVAL;
     if (rc) {
         for (unsigned k = 0; k < nfds; k++)
@@ -91,11 +93,25 @@ static int register_node(struct fmemd *d, unsigned i, bool resume)
         /* same pool, still mapped: the new descriptors are not needed */
         close(fds[0]);
         close(fds[1]);
-        if (m.u.svc_welcome.uid != dn->uid) {
+        close(fds[2]);
+        if (m.u.svc_welcome.uid != dn->uid || m.u.svc_welcome.session != dn->session) {
             close(fd);
             return FMEM_EBUSY;
         }
     } else {
+        rc = session_map(fds[2], &dn->sess_words, &dn->sess_nusers, &dn->sess_map,
+                         &dn->sess_len);
+        if (rc == 0 && (m.u.svc_welcome.uid >= dn->sess_nusers ||
+                        atomic_load(&dn->sess_words[m.u.svc_welcome.uid]) != m.u.svc_welcome.session))
+            rc = FMEM_ECORRUPT; /* not the table our session is in */
+        if (rc) {
+            for (unsigned k = 0; k < 3; k++)
+                close(fds[k]);
+            close(fd);
+            return rc;
+        }
+        dn->sess_fd = fds[2];
+        dn->session = m.u.svc_welcome.session;
         /* the files must be the memory node's (or ours), writable by no
          * one else: see pool_files.h */
         pid_t peer_pid;
@@ -144,6 +160,7 @@ int nodes_connect_all(struct fmemd *d)
     uint64_t deadline = ring_now_ns() + (uint64_t)d->cfg->connect_ms * 1000000u;
     for (unsigned i = 0; i < d->nnodes; i++) {
         d->nodes[i].fd = -1;
+        d->nodes[i].sess_fd = -1;
         int rc;
         bool rdma = !strncmp(d->nodes[i].path, "rdma://", 7);
         while ((rc = rdma ? open_rdma_node(d, i) : register_node(d, i, false)) == FMEM_EIO &&
@@ -189,6 +206,16 @@ static void rdma_heartbeat(struct fmemd *d, struct dnode *dn)
 #endif
 }
 
+/* A memory node that fenced our session (took us for dead, e.g. while we
+ * were stopped) has recovered or is recovering our blocks: stop. */
+static void shm_session_check(struct fmemd *d, struct dnode *dn)
+{
+    if (dn->sess_words && atomic_load(&dn->sess_words[dn->uid]) != dn->session) {
+        dsay(d, "memory node %s: our session was fenced (taken for dead); exiting", dn->path);
+        atomic_store(d->cfg->stop, 2);
+    }
+}
+
 void nodes_heartbeat(struct fmemd *d)
 {
     struct msg_heartbeat hb = {0};
@@ -202,6 +229,8 @@ void nodes_heartbeat(struct fmemd *d)
         struct dnode *dn = &d->nodes[i];
         if (dn->rdma)
             rdma_heartbeat(d, dn);
+        else
+            shm_session_check(d, dn);
         if (dn->fd < 0)
             continue;
         hb.seq = ++dn->hb_seq;
@@ -275,5 +304,12 @@ void nodes_close(struct fmemd *d)
             tp_close(dn->tp);
             dn->n = NULL;
         }
+        if (dn->sess_map)
+            munmap(dn->sess_map, dn->sess_len);
+        dn->sess_map = NULL;
+        dn->sess_words = NULL;
+        if (dn->sess_fd >= 0)
+            close(dn->sess_fd);
+        dn->sess_fd = -1;
     }
 }

@@ -6,8 +6,9 @@
  * periods without one) is fenced first: on shared memory the service maps
  * the metadata and nothing but its exit stops it from writing, so the memory
  * node kills it (SIGKILL through a pidfd taken at registration) and waits
- * for it to be gone; then its user id is recovered while the other services
- * keep allocating. */
+ * for it to be gone, ends its session in the session table (its
+ * applications' handles stop working) and waits a grace period; then its
+ * user id is recovered while the other services keep allocating. */
 #include "service/mnode.h"
 
 #include <errno.h>
@@ -31,6 +32,7 @@
 #include "service/proto.h"
 #include "service/ring.h"
 #include "service/sock.h"
+#include "session_table.h"
 #include "service/uidtab.h"
 #ifdef HAVE_RDMA
 #include "verbs/transport_verbs.h"
@@ -91,6 +93,7 @@ struct mnode {
     struct remote_user *ru;  /* per user id: heartbeat tracking */
     fmem_pool *pool;
     struct node *node;
+    struct session_table *sess; /* services' sessions (shm services only) */
     struct listener ls;
     struct conn *conns; /* services and strangers: conns_cap at most */
     unsigned nconns, conns_cap, nstrangers;
@@ -188,6 +191,10 @@ static void run_job(struct mnode *m, struct recovery_job *j)
     } else {
         if (j->remote)
             fence_remote(m, j);
+        /* its applications' handles fail from now on; any use of one that
+         * passed the check just before has finished after the grace */
+        else if (m->sess && session_end(m->sess, j->uid))
+            session_grace();
         h.rc = fmem_recover(j->remote ? m->rpool : m->pool, j->uid, &h.st);
         snprintf(h.why, sizeof h.why, "%s", h.rc ? fmem_strerror(h.rc) : "recovered");
         say(m, "user %u (%s) recovered: %llu blocks, %llu bytes in %.3f ms", j->uid, j->name,
@@ -378,9 +385,11 @@ static void on_register(struct mnode *m, struct conn *c, const struct msg *msg)
         bool taken = false;
         for (unsigned i = 0; i < m->nconns; i++)
             taken |= m->conns[i].service && m->conns[i].uid == want;
-        if (!taken && want < m->node->g.nusers && node_uid_pid(m->node, want) == (uint32_t)c->p.pid)
+        if (!taken && want < m->node->g.nusers && node_uid_pid(m->node, want) == (uint32_t)c->p.pid &&
+            session_get(m->sess, want))
             uid = want;
         else {
+            /* not its slot any more, or its session was fenced */
             peer_send_error(&c->p, msg->seq, FMEM_EBUSY, "cannot resume that user id");
             return;
         }
@@ -393,15 +402,20 @@ static void on_register(struct mnode *m, struct conn *c, const struct msg *msg)
     }
     c->pidfd = pidfd_open_(c->p.pid);
     struct msg_svc_welcome w = {.uid = uid, .heartbeat_ms = m->cfg->heartbeat_ms,
-                                .miss_limit = m->cfg->miss_limit};
+                                .miss_limit = m->cfg->miss_limit,
+                                .session = want ? session_get(m->sess, uid)
+                                                : session_begin(m->sess, uid)};
     snprintf(w.pool, sizeof w.pool, "%s", m->cfg->pool_uri);
-    int fds[2] = {shm_transport_meta_fd(m->node->tp), shm_transport_data_fd(m->node->tp)};
+    int fds[3] = {shm_transport_meta_fd(m->node->tp), shm_transport_data_fd(m->node->tp),
+                  m->sess->ro_fd};
     /* descriptors go straight out: nothing else waits on this socket
      * (requests are not read while replies wait), so it has room */
     if (peer_busy(&c->p) ||
-        sock_reply_msg(c->p.fd, MSG_SVC_WELCOME, msg->seq, &w, sizeof w, fds, 2) < 0) {
-        if (!want)
+        sock_reply_msg(c->p.fd, MSG_SVC_WELCOME, msg->seq, &w, sizeof w, fds, 3) < 0) {
+        if (!want) {
+            session_end(m->sess, uid);
             node_clear_uid(m->node, uid);
+        }
         if (c->pidfd >= 0)
             close(c->pidfd);
         c->pidfd = -1;
@@ -730,6 +744,18 @@ static int open_pool(struct mnode *m)
         return FMEM_EURI;
     }
     m->node = m->pool->nodes[0];
+    if (m->cfg->rdma_addr)
+        return 0; /* no local services: no session table */
+    rc = session_table_open(m->node->path, m->node->g.nusers, &m->sess);
+    if (rc) {
+        say(m, "%s%s: %s", m->node->path ? m->node->path : "session table",
+            m->node->path ? SESSION_SUFFIX : "", fmem_strerror(rc));
+        return rc;
+    }
+    /* a session whose user slot is free is a leftover: nobody may use it */
+    for (unsigned u = 1; u < m->node->g.nusers; u++)
+        if (!node_uid_pid(m->node, u))
+            session_end(m->sess, u);
     return 0;
 }
 
@@ -841,6 +867,7 @@ out:
     stop_rdma(m); /* after them: remote recoveries go through it */
     listener_close(&m->ls, cfg->socket_path);
     fmem_close(m->pool);
+    session_table_close(m->sess);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     uidtab_free(&m->uids);

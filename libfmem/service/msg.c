@@ -80,6 +80,11 @@ static int check_fields(struct msg *m)
                 (m->u.welcome.data_bytes[i] & (FMEM_SECTION_SIZE - 1)) ||
                 m->u.welcome.data_bytes[i] > (UINT64_C(1) << 46))
                 return FMEM_EINVAL;
+        for (unsigned i = 0; i < m->u.welcome.nnodes; i++) /* shm nodes: a live session */
+            if (!m->u.welcome.rdma_addr[i][0] &&
+                (m->u.welcome.svc_uid[i] == 0 || m->u.welcome.svc_uid[i] > 16383 ||
+                 m->u.welcome.session[i] == 0))
+                return FMEM_EINVAL;
         return 0;
     case MSG_STATUS_REQ:
     case MSG_MAP_REQ:
@@ -99,6 +104,7 @@ static int check_fields(struct msg *m)
         if (m->u.svc_welcome.uid == 0 || m->u.svc_welcome.uid > 16383 ||
             m->u.svc_welcome.heartbeat_ms == 0 || m->u.svc_welcome.heartbeat_ms > 600000 ||
             m->u.svc_welcome.miss_limit == 0 || m->u.svc_welcome.miss_limit > 1000 ||
+            m->u.svc_welcome.session == 0 ||
             !terminated(m->u.svc_welcome.pool, sizeof m->u.svc_welcome.pool))
             return FMEM_EINVAL;
         return 0;

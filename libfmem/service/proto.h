@@ -18,18 +18,19 @@
 #include "fmem.h"
 
 #define MSG_MAGIC 0x56534d46u /* "FMSV" little endian */
-#define MSG_VERSION 2
+#define MSG_VERSION 3
 #define MSG_NAME_MAX 32         /* names carried in messages, NUL included */
 #define MSG_MAX_BYTES 65536     /* largest datagram anyone sends */
 #define MSG_TEXT_MAX (MSG_MAX_BYTES - 64)
 #define MSG_MAP_MAX 32768       /* span states per MAP_CHUNK */
 #define SVC_MAX_NODES 16        /* memory nodes one fmemd serves */
-#define SVC_MAX_FDS (SVC_MAX_NODES + 2)
+#define SVC_MAX_FDS (2 * SVC_MAX_NODES + 2) /* ring + data and sessions per node */
 
 enum msg_type {
     MSG_ERROR = 1,        /* any direction: a request was refused */
     MSG_APP_HELLO,        /* app -> fmemd: first message of a session */
-    MSG_APP_WELCOME,      /* fmemd -> app: + fds: ring, data file per node */
+    MSG_APP_WELCOME,      /* fmemd -> app: + fds: ring, data file and session
+                           * table per shm node */
     MSG_STATUS_REQ,       /* tool -> daemon */
     MSG_STATUS_TEXT,      /* daemon -> tool: human-readable report */
     MSG_MAP_REQ,          /* tool -> daemon: span states of one node */
@@ -37,7 +38,7 @@ enum msg_type {
     MSG_STATS_REQ,        /* app -> fmemd: pool figures for fmem_stats */
     MSG_STATS,            /* fmemd -> app */
     MSG_SVC_REGISTER,     /* fmemd -> mnode: first message of a service */
-    MSG_SVC_WELCOME,      /* mnode -> fmemd: + fds: metadata, data */
+    MSG_SVC_WELCOME,      /* mnode -> fmemd: + fds: metadata, data, sessions */
     MSG_HEARTBEAT,        /* fmemd -> mnode, every heartbeat period */
     MSG_SVC_BYE,          /* fmemd -> mnode: clean exit, nothing held */
     MSG_SHUTDOWN,         /* mnode -> fmemd: the memory node is stopping */
@@ -67,7 +68,8 @@ struct msg_app_hello {
 #define MSG_RDMA_ADDR_MAX 64 /* "host:port" of a memory node served over RDMA */
 struct msg_app_welcome {
     uint32_t app_id;
-    uint32_t nnodes;       /* data fds follow the ring fd, one per shm node */
+    uint32_t nnodes;       /* after the ring fd, per shm node: its data file
+                            * and its memory node's session table */
     uint32_t nslots;       /* request slots in the ring */
     uint32_t ring_bytes;   /* size of the ring file */
     uint64_t max_bytes;    /* this application's quota (0: none) */
@@ -76,6 +78,11 @@ struct msg_app_welcome {
     /* nodes served over RDMA: their address (the application connects with
      * a queue pair of its own and no key); "" for shm nodes (a data fd) */
     char rdma_addr[SVC_MAX_NODES][MSG_RDMA_ADDR_MAX];
+    /* shm nodes: fmemd's user id there and its session, which the
+     * application finds in the session table while fmemd may serve it
+     * (session_table.h) */
+    uint32_t svc_uid[SVC_MAX_NODES];
+    uint64_t session[SVC_MAX_NODES];
 };
 
 struct msg_status_req {
@@ -109,6 +116,7 @@ struct msg_svc_welcome {
     uint32_t miss_limit;
     uint32_t pad;
     char pool[64]; /* the pool's name, for status */
+    uint64_t session; /* this service's word in the session table */
 };
 
 struct msg_heartbeat {
@@ -206,7 +214,10 @@ struct ring_hdr {
     _Atomic uint32_t sleeping;   /* the worker is (about to be) asleep */
     _Atomic uint32_t free_slots; /* futex: bumped when a slot is freed */
     _Atomic uint32_t slot_waiters;
-    char pad[128 - 32];
+    /* set by fmemd before it gives back the application's blocks (it drops
+     * the application, or shuts down): every later use of a handle fails */
+    _Atomic uint32_t revoked;
+    char pad[128 - 36];
     struct ring_slot slots[RING_SLOTS];
 };
 

@@ -87,5 +87,40 @@ else # see run.sh: the module cannot be dlopen'ed while libfmem.so wants static 
         GLIBC_TUNABLES=glibc.rtld.optional_static_tls=262144 "$LUA"
 fi
 run "fmem.connect under fmem-lua" env FMEM_EXPECT_MODULE=:preload: "$host"
+
+# a buffer outlives its service: fmemd is killed, the memory node reclaims
+# its blocks, and every use of the buffer raises instead of reaching memory
+# that may be another application's
+cat >"$dir/stale.lua" <<'LUA'
+local fmem = require "fmem"
+local uri, ready, go = ...
+local p = fmem.connect(uri)
+local c = p:alloc(4096, {map = false})
+c:set_i64(0, 42)
+assert(io.open(ready, "w")):close()
+for _ = 1, 400 do
+    local f = io.open(go)
+    if f then f:close() break end
+    os.execute("sleep 0.05")
+end
+local ok, err = pcall(c.get_i64, c, 0)
+assert(not ok and err:find("the service that issued this handle is gone", 1, true), tostring(err))
+local ok2, err2 = pcall(c.free, c)
+assert(not ok2 and err2:find("is gone", 1, true), tostring(err2))
+print("stale: " .. err)
+LUA
+"$host" "$dir/stale.lua" "unix:$dir/fmemd.sock" "$dir/ready" "$dir/go" >"$dir/stale.out" 2>&1 &
+spid=$!
+for _ in $(seq 200); do [ -e "$dir/ready" ] && break; sleep 0.05; done
+kill -9 "$dpid"
+wait "$dpid" 2>/dev/null
+dpid=
+for _ in $(seq 200); do grep -q "recovered" "$dir/mnode.log" && break; sleep 0.05; done
+touch "$dir/go"
+if wait "$spid"; then
+    pass=$((pass + 1)); echo "ok: stale buffer after fmemd died: $(cat "$dir/stale.out")"
+else
+    fail=$((fail + 1)); echo "FAIL: stale buffer after fmemd died: $(cat "$dir/stale.out")"
+fi
 echo "lua service: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -15,6 +15,7 @@ def test_exception_hierarchy():
         fmem.BufferInUseError: BufferError, fmem.CorruptPoolError: OSError,
         fmem.TransportError: OSError, fmem.NotSupportedError: OSError,
         fmem.BusyError: OSError, fmem.QuotaError: OSError, fmem.AccessError: PermissionError,
+        fmem.StaleHandleError: OSError,
     }
     for cls, builtin in pairs.items():
         assert issubclass(cls, fmem.Error) and issubclass(cls, builtin), cls

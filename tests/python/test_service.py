@@ -1,5 +1,6 @@
 """fmem.connect(): a memory node and an allocation service of this build
 (tools/fmem-mnode, tools/fmemd) started for the test."""
+import errno
 import os
 import subprocess
 import time
@@ -94,3 +95,51 @@ def test_service_errors(service):
     with pytest.raises(fmem.SizeError):
         client.alloc(1 << 40)
     client.close()
+
+
+def test_buffer_of_a_dead_service_is_stale(tmp_path):
+    """fmemd is killed: once the memory node has reclaimed its blocks, the
+    buffers it handed out raise StaleHandleError instead of freeing (or
+    reaching) memory that may be another application's."""
+    mnode_bin = os.path.join(BUILD, "tools", "fmem-mnode")
+    fmemd_bin = os.path.join(BUILD, "tools", "fmemd")
+    if not (os.access(mnode_bin, os.X_OK) and os.access(fmemd_bin, os.X_OK)):
+        pytest.skip("tools/fmem-mnode and tools/fmemd are not built")
+    pool = tmp_path / "pool"
+    msock, dsock = str(tmp_path / "mnode.sock"), str(tmp_path / "fmemd.sock")
+    mnode = subprocess.Popen([mnode_bin, "--pool", f"file:{pool}?size=16M", "--socket", msock],
+                             stderr=subprocess.PIPE)
+    fmemd = None
+    try:
+        wait_for(msock, mnode)
+        fmemd = subprocess.Popen([fmemd_bin, "--mnode", msock, "--socket", dsock,
+                                  "--workers", "1"], stderr=subprocess.PIPE)
+        wait_for(dsock, fmemd)
+        end = time.monotonic() + 10
+        while True:
+            try:
+                client = fmem.connect("unix:" + dsock)
+                break
+            except fmem.TransportError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.05)
+        b = client.alloc(1 << 20)
+        b.write(b"mine")
+        fmemd.kill()
+        fmemd.wait()
+        with fmem.open(f"file:{pool}?create=0") as observer:  # the pool itself
+            end = time.monotonic() + 10
+            while observer.stats()["allocated_bytes"] and time.monotonic() < end:
+                time.sleep(0.05)
+            assert observer.stats()["allocated_bytes"] == 0, "not reclaimed"
+        with pytest.raises(fmem.StaleHandleError) as info:
+            b.free()
+        assert isinstance(info.value, OSError) and info.value.errno == errno.ESTALE
+        assert "gone" in str(info.value)
+        client.close()
+    finally:
+        for p in (fmemd, mnode):
+            if p and p.poll() is None:
+                p.terminate()
+                p.wait(10)

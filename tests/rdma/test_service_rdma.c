@@ -305,3 +305,62 @@ Test(service_rdma, stopped_fmemd_exits_when_woken)
     fmem_close(p);
     fmem_close(observer);
 }
+
+/* A handle of an fmemd that is gone must not reach the block once another
+ * application holds it: application A of fmemd 1 holds a 4 MiB block,
+ * fmemd 1 is killed, the memory node recovers it (its block keys die in the
+ * NIC), fmemd 2 hands the block to application B. A's library calls fail
+ * with FMEM_ESTALE, A's key posted raw on a queue pair of its own is
+ * refused by the NIC, and B's data stays B's. */
+Test(service_rdma, handle_of_a_killed_fmemd_is_stale)
+{
+    memory_node();
+    const char *s1 = "/tmp/fmemd-stale1.sock", *s2 = "/tmp/fmemd-stale2.sock";
+    fmem_pool *observer, *a, *b;
+    uint64_t before;
+    pid_t d1 = fmemd_holding_blocks(s1, 1, &observer, &a, &before);
+    pid_t d2 = spawn_fmemd(fmemd_path(), node, s2);
+    char uri[128];
+    snprintf(uri, sizeof uri, "unix:%s", s2);
+    cr_assert_eq(fmem_open(uri, &b), 0, "fmemd 2 did not come up");
+    const size_t block = 4u << 20;
+    fmem_handle ha, hb;
+    cr_assert_eq(fmem_alloc(a, block, &ha), 0);
+    cr_assert_eq(fmem_write(a, &ha, 0, "A's data", 9), 0);
+    kill(d1, SIGKILL);
+    waitpid(d1, NULL, 0);
+    uint64_t now = wait_pool_bytes(observer, before);
+    cr_assert_eq(now, before, "fmemd 1's block was not recovered");
+    fmem_handle other[16];
+    int n = 0;
+    for (;;) {
+        cr_assert_eq(fmem_alloc(b, block, &hb), 0, "B never got the block back");
+        if (hb.addr == ha.addr)
+            break;
+        cr_assert_lt(n, 16);
+        other[n++] = hb;
+    }
+    while (n > 0)
+        cr_assert_eq(fmem_free(b, &other[--n]), 0);
+    cr_assert_eq(fmem_write(b, &hb, 0, "B's data", 9), 0);
+    char buf[16] = {0};
+    cr_assert_eq(fmem_read(a, &ha, 0, buf, 9), FMEM_ESTALE);
+    cr_assert_eq(fmem_write(a, &ha, 0, "A writes", 9), FMEM_ESTALE);
+    cr_assert_eq(fmem_free(a, &ha), FMEM_ESTALE);
+    /* the NIC itself refuses A's key: it died with the recovery */
+    struct verbs_connect_params cp = {.host = host, .port = port, .role = VERBS_ROLE_APP};
+    struct transport *t;
+    cr_assert_eq(verbs_transport_connect(&cp, &t), 0);
+    struct tp_op op = {.kind = TP_WRITE, .off = t->meta_size + ha.addr, .buf = "A writes",
+                       .len = 9, .rkey = ha.rkey};
+    cr_assert_eq(tp_batch(t, &op, 1), FMEM_EACCES, "a recovered block's key still works");
+    tp_close(t);
+    cr_assert_eq(fmem_read(b, &hb, 0, buf, 9), 0);
+    cr_assert_str_eq(buf, "B's data", "B's block was changed");
+    cr_assert_eq(fmem_free(b, &hb), 0);
+    fmem_close(a);
+    fmem_close(b);
+    kill(d2, SIGTERM);
+    waitpid(d2, NULL, 0);
+    fmem_close(observer);
+}

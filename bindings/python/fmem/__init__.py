@@ -22,7 +22,7 @@ from ._fmem import (  # noqa: F401
     AccessError, BadHandleError, Buffer, BufferInUseError, BusyError, Client,
     ClosedError, CorruptPoolError, DoubleFreeError, Error, InvalidArgumentError,
     NotSupportedError, OutOfMemoryError, Pool, QuotaError, RangeError, Region, SizeError,
-    TransportError, URIError, arena_allocator_stats, connect, default_pool,
+    StaleHandleError, TransportError, URIError, arena_allocator_stats, connect, default_pool,
     install_arena_allocator, numpy_arrays, open, size_round, strerror, unlink,
 )
 
@@ -34,7 +34,8 @@ __all__ = [
     "Client", "ClosedError", "CorruptPoolError", "DoubleFreeError", "Error",
     "InvalidArgumentError", "NotSupportedError", "OutOfMemoryError", "Pool", "QuotaError",
     "RangeError",
-    "Region", "SizeError", "TransportError", "URIError", "arena_allocator_stats", "connect",
+    "Region", "SizeError", "StaleHandleError", "TransportError", "URIError",
+    "arena_allocator_stats", "connect",
     "default_pool", "install_arena_allocator", "numpy_arrays", "open", "size_round",
     "strerror", "unlink",
 ]

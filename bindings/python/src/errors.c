@@ -59,6 +59,9 @@ static const struct exc_spec specs[] = {
      "The application's allocation quota (bytes or allocations) is reached."},
     {"AccessError", FMEM_EACCES, EACCES, &PyExc_PermissionError, NULL,
      "The key does not grant access, or the process lacks a permission (userfaultfd)."},
+    {"StaleHandleError", FMEM_ESTALE, ESTALE, &PyExc_OSError, NULL,
+     "The allocation service that issued the buffer is gone (it died, was fenced by its "
+     "memory node, or shut down): the block may be another application's now. Reconnect."},
 };
 #define NSPECS (sizeof specs / sizeof specs[0])
 

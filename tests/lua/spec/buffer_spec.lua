@@ -146,5 +146,7 @@ describe("buffers and their pool", function()
     assert.matches("^%d+%.%d+$", fmem.version)
     assert.are.equal("fmem " .. fmem.version, fmem._VERSION)
     assert.are.equal("the pool has no free block of that size", fmem.strerror(-3))
+    assert.are.equal("the service that issued this handle is gone; reopen the pool",
+                     fmem.strerror(-14))
   end)
 end)
