@@ -120,19 +120,7 @@ void fork_gate_exempt(void)
 
 /* ---- watches --------------------------------------------------------------- */
 
-static void register_handlers(void);
-static pthread_once_t registered = PTHREAD_ONCE_INIT;
-
-/* The handlers are registered with the first object, not when the library
- * loads: glibc runs child handlers in the order they were registered, and a
- * malloc interposer that holds its own lock across fork (ours does) must
- * release it in the child before our child handlers allocate. Registering
- * before the lock is taken means no fork can see it held unprepared. */
-void fork_objects_lock(void)
-{
-    pthread_once(&registered, register_handlers);
-    pthread_mutex_lock(&watch_mu);
-}
+void fork_objects_lock(void) { pthread_mutex_lock(&watch_mu); }
 void fork_objects_unlock(void) { pthread_mutex_unlock(&watch_mu); }
 
 void fork_watch_add(struct fork_watch *w)
@@ -249,10 +237,8 @@ static void child(void)
     pthread_mutex_unlock(&recs_mu);
     membarrier_register();
     atomic_store(&fork_gate_closed, 0);
-    /* Unlocked before the handlers run: one may allocate, and a malloc
-     * interposer (ours) may open a pool of its own for that. A watch added
-     * now goes to the head of its list, behind the walk. */
-    pthread_mutex_unlock(&watch_mu);
+    pthread_mutex_unlock(&watch_mu); /* a handler may make objects (a watch
+                                        added now goes behind the walk) */
     for (int l = 0; l < FORK_NLEVELS; l++)
         for (struct fork_watch *w = watches[l]; w; w = w->next)
             if (w->child)
@@ -262,9 +248,25 @@ static void child(void)
     sync_close();
 }
 
-static void register_handlers(void)
+static void register_once(void)
 {
     exit_key_ok = pthread_key_create(&exit_key, thread_gone) == 0;
     membarrier_register();
     pthread_atfork(prepare, parent, child);
 }
+
+/* glibc runs prepare handlers last-registered first and child handlers
+ * first-registered first. A layer built on libfmem that holds its own lock
+ * across fork (the malloc interposer) registers after us, so it drains its
+ * callers (who may be inside libfmem) before our gate closes; in the child
+ * ours run while its locks are still held, so nothing here may call malloc
+ * for a large block or open a pool (buffers are mmap'ed). Such a layer
+ * calls this before its own pthread_atfork: constructors of one shared
+ * object run in link order, which is not an order to rely on. */
+void fork_register(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_once);
+}
+
+__attribute__((constructor)) static void register_at_load(void) { fork_register(); }

@@ -44,6 +44,8 @@ struct fork_watch {
 void fork_sync_child(void);
 
 /* The watch lock: held while an object is created or destroyed. */
+/* libfmem's atfork handlers; idempotent (see fork.c for the order) */
+void fork_register(void);
 void fork_objects_lock(void);
 void fork_objects_unlock(void);
 /* Add or remove a watch (watch lock held). */

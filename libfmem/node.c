@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -160,9 +161,12 @@ void node_refresh_all(struct node *n)
 {
     uint64_t nsec = n->g.nsections, nspan = n->g.nspans;
     uint64_t per = nspan < REFRESH_SPANS ? nspan : REFRESH_SPANS;
-    uint64_t *sec = malloc(8 * nsec), *span = malloc(8 * per);
-    if (!sec || !span)
-        goto out;
+    /* mmap, not malloc: this runs in fork handlers too (fork.c) */
+    size_t bytes = 8 * (nsec + per);
+    uint64_t *sec = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (sec == MAP_FAILED)
+        return;
+    uint64_t *span = sec + nsec;
     for (uint64_t first = 0; first < nspan; first += per) {
         uint64_t cnt = nspan - first < per ? nspan - first : per;
         struct tp_op ops[2] = {
@@ -178,9 +182,7 @@ void node_refresh_all(struct node *n)
         for (uint64_t i = 0; i < cnt; i++)
             atomic_store_explicit(&n->span_cache[first + i], span[i], memory_order_relaxed);
     }
-out:
-    free(sec);
-    free(span);
+    munmap(sec, bytes);
 }
 
 void node_forget_flushed(struct node *n)

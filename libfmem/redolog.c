@@ -62,7 +62,9 @@ static struct tlog span_tlog(uint64_t s, uint64_t h)
 {
     struct tlog t = {0};
     unsigned sz = h_size(h);
-    if (h_uid(h) == 0 || sz == SPAN_LOG_CLAIM || sz > 4)
+    /* a header someone rewrote may name a block outside its span */
+    if (h_uid(h) == 0 || sz == SPAN_LOG_CLAIM || sz > 4 ||
+        h_off(h) + (1u << sz) > CHUNKS_PER_SPAN)
         return t;
     t.valid = true;
     t.alloc = span_log_alloc(h);
@@ -79,8 +81,9 @@ static struct tlog sec_tlog(uint64_t x, uint64_t h)
 {
     struct tlog t = {0};
     unsigned sz = h_size(h);
-    if (h_uid(h) == 0 || (sz > 4 && sz != SEC_LOG_MULTI))
-        return t;
+    if (h_uid(h) == 0 || (sz > 4 && sz != SEC_LOG_MULTI) ||
+        (sz != SEC_LOG_MULTI && h_off(h) + (1u << sz) > SPANS_PER_SECTION))
+        return t; /* nothing, or a block outside its section */
     t.valid = true;
     t.alloc = sec_log_alloc(h);
     t.ts = h_ts(h);

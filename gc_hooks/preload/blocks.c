@@ -67,11 +67,6 @@ static struct fp_arena *open_arena(void)
         give_up(fp_cfg.uri, "too many fork generations");
         return NULL;
     }
-    /* before the pool opens: libfmem's fork handlers, registered with its
-     * first object, must run after ours in a child (which frees our lock) */
-    static int fork_handlers;
-    if (!fork_handlers++)
-        fp_fork_register();
     fmem_pool *pool;
     int rc = fmem_open(fp_cfg.uri, &pool);
     if (rc) {

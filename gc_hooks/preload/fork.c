@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "../../libfmem/fork.h"
 #include "preload.h"
 
 static int done_pipe[2] = {-1, -1};
@@ -66,6 +67,8 @@ static void child(void)
 void fp_fork_register(void)
 {
     static _Atomic int registered;
-    if (!atomic_exchange(&registered, 1))
+    if (!atomic_exchange(&registered, 1)) {
+        fork_register(); /* libfmem's first: its gate closes after our lock */
         pthread_atfork(prepare, parent, child);
+    }
 }

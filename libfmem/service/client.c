@@ -523,14 +523,16 @@ static int cl_fork_child(fmem_pool *p)
         fmem_handle h = {.addr = own_chunk(e->key) << CHUNK_SHIFT,
                          .length = FMEM_CHUNK_SIZE << e->log2_chunks, .rkey = e->rkey,
                          .node = (uint16_t)node};
-        void *buf = malloc(h.length);
+        /* mmap, not malloc: a fork handler (fork.c) */
+        void *buf = mmap(NULL, h.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         struct transport *t = conn == 0 && node < c->nnodes ? c->rdma[node] : NULL;
-        int r = !buf ? FMEM_ENOMEM
-                : !t ? FMEM_EIO
-                     : tp_read_key(t, t->meta_size + h.addr, buf, h.length, h.rkey);
+        int r = buf == MAP_FAILED ? FMEM_ENOMEM
+                : !t              ? FMEM_EIO
+                                  : tp_read_key(t, t->meta_size + h.addr, buf, h.length, h.rkey);
         if (r == 0)
             r = pool_fork_keep(p, &h, NULL, buf);
-        free(buf);
+        if (buf != MAP_FAILED)
+            munmap(buf, h.length);
         rc = rc ? rc : r;
     }
     own_free(&held);
