@@ -51,6 +51,9 @@ int status_send(struct fmemd *d, struct peer *p, uint32_t seq)
                 (unsigned long long)a->bytes, (unsigned long long)a->allocs,
                 (unsigned long long)a->frees, (unsigned long long)a->pings,
                 (unsigned long long)a->errors, (unsigned long long)a->refused_quota);
+        fprintf(f, "    block cache: %llu refills, %llu trims, %llu blocks revoked\n",
+                (unsigned long long)a->refills, (unsigned long long)a->trims,
+                (unsigned long long)a->revoked);
         pthread_mutex_unlock(&a->mu);
     }
     for (unsigned i = 0; i < d->nworkers; i++)

@@ -17,15 +17,13 @@
 
 #include "service/daemon_internal.h"
 
-static int do_alloc(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out)
+static int alloc_once(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out)
 {
     uint64_t bytes = FMEM_CHUNK_SIZE << k;
     const struct fmemd_config *c = d->cfg;
     if ((c->app_max_bytes && a->bytes + bytes > c->app_max_bytes) ||
-        (c->app_max_allocs && a->blocks + 1 > c->app_max_allocs)) {
-        a->refused_quota++;
+        (c->app_max_allocs && a->blocks + 1 > c->app_max_allocs))
         return FMEM_EQUOTA;
-    }
     unsigned start = atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
     int rc = FMEM_ENOMEM;
     for (unsigned i = 0; i < d->nnodes; i++) {
@@ -56,7 +54,21 @@ static int do_alloc(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out
     return rc;
 }
 
-static int do_free(struct fmemd *d, struct app *a, const fmem_handle *h)
+int app_alloc(struct fmemd *d, struct app *a, unsigned k, bool reclaim, fmem_handle *out)
+{
+    int rc = alloc_once(d, a, k, out);
+    /* blocks sitting in caches count: at the quota, the application's own
+     * cached blocks go back; with memory short, everyone's */
+    if (reclaim && rc == FMEM_EQUOTA && cache_revoke_all(d, a))
+        rc = alloc_once(d, a, k, out);
+    else if (reclaim && rc == FMEM_ENOMEM && caches_reclaim(d, a))
+        rc = alloc_once(d, a, k, out);
+    if (rc == FMEM_EQUOTA)
+        a->refused_quota++;
+    return rc;
+}
+
+int app_free(struct fmemd *d, struct app *a, const fmem_handle *h)
 {
     struct dnode *dn = &d->nodes[h->node];
     if (!dn->n)
@@ -94,10 +106,20 @@ void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, 
             a->pings++;
             break;
         case RING_ALLOC:
-            rsp->rc = do_alloc(d, a, r.log2_chunks, &rsp->h);
+            rsp->rc = app_alloc(d, a, r.log2_chunks, true, &rsp->h);
             break;
         case RING_FREE:
-            rsp->rc = do_free(d, a, &r.h);
+            /* a block in its cache is not the application's to free: it
+             * is free as far as the application knows */
+            rsp->rc = cache_holds(a, &r.h) ? FMEM_EBADHANDLE : app_free(d, a, &r.h);
+            break;
+        case RING_REFILL:
+            rsp->rc = cache_refill(d, a, r.log2_chunks, r.count, &rsp->count);
+            a->refills++;
+            break;
+        case RING_TRIM:
+            rsp->count = cache_trim(d, a, r.log2_chunks, r.count);
+            a->trims++;
             break;
         default:
             rsp->rc = FMEM_EINVAL;
@@ -225,11 +247,13 @@ void worker_attach(struct worker *w, struct app *a)
     w->apps[w->napps++] = a;
     a->w = w;
     pthread_mutex_unlock(&w->mu);
+    cache_register(w->d, a);
     kick(w);
 }
 
 void worker_detach(struct worker *w, struct app *a)
 {
+    cache_unregister(w->d, a); /* no other worker revokes its cache now */
     pthread_mutex_lock(&w->mu);
     for (unsigned i = 0; i < w->napps; i++)
         if (w->apps[i] == a) {
@@ -250,6 +274,10 @@ int workers_start(struct fmemd *d)
     }
     if (n > MAX_WORKERS)
         n = MAX_WORKERS;
+    pthread_mutex_init(&d->cmu, NULL);
+    d->capps = calloc(MAX_APPS_HARD, sizeof *d->capps);
+    if (!d->capps)
+        return FMEM_ENOMEM;
     for (unsigned i = 0; i < n; i++) {
         struct worker *w = &d->workers[i];
         w->d = d;
@@ -277,4 +305,6 @@ void workers_stop(struct fmemd *d)
         pthread_mutex_destroy(&d->workers[i].mu);
     }
     d->nworkers = 0;
+    free(d->capps);
+    d->capps = NULL;
 }
