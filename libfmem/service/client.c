@@ -739,6 +739,21 @@ int service_ping(fmem_pool *p)
     return call(C(p), &req, &rsp);
 }
 
+int service_cache_drain(fmem_pool *p)
+{
+    if (!p || p->ops != &client_ops)
+        return FMEM_ENOTSUP;
+    struct svc_client *c = C(p);
+    int rc = 0;
+    for (unsigned k = 0; c->use_cache && c->ring && k < RING_CACHE_CLASSES; k++) {
+        pthread_mutex_lock(&c->cache[k].mu);
+        int r = cache_call(c, RING_TRIM, k, 0);
+        pthread_mutex_unlock(&c->cache[k].mu);
+        rc = rc ? rc : r;
+    }
+    return rc;
+}
+
 struct ring_hdr *service_ring(fmem_pool *p)
 {
     return p && p->ops == &client_ops ? C(p)->ring : NULL;
