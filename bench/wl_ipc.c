@@ -9,6 +9,7 @@
  *                 connection; prints each one's p99 and worst latency
  *   --load N      N busy processes (endless loops) on the same cores for
  *                 the whole run; the load average is printed with the figures
+ *   --worker-rt P fmemd's workers SCHED_FIFO at priority P (fmemd --worker-rt)
  *   --json        JSON rows instead of the table
  * The service's 4 KiB allocation is measured twice: with the block cache
  * (the default) and without it (FMEM_SERVICE_CACHE=0, a round trip per
@@ -285,7 +286,7 @@ static double regen_rate(uint64_t *keys)
 int fmem_bench_ipc(int argc, char **argv)
 {
     double secs = 2;
-    unsigned threads = 1, apps = 0, load = 0;
+    unsigned threads = 1, apps = 0, load = 0, rt = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
@@ -298,15 +299,17 @@ int fmem_bench_ipc(int argc, char **argv)
             apps = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--load") && i + 1 < argc)
             load = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--worker-rt") && i + 1 < argc)
+            rt = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workload") && i + 1 < argc)
             i++; /* "ipc": the only one here */
         else {
-            fprintf(stderr, "usage: %s [--seconds S] [--threads N | --apps N] [--load N] [--json]\n",
+            fprintf(stderr, "usage: %s [--seconds S] [--threads N | --apps N] [--load N] [--worker-rt PRIO] [--json]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (secs <= 0 || threads < 1 || threads > 64 || apps > 64 || load > 256) {
+    if (secs <= 0 || threads < 1 || threads > 64 || apps > 64 || load > 256 || rt > 99) {
         fprintf(stderr, "fmem-ipcbench: --seconds > 0, --threads 1..64, --apps 0..64, --load 0..256\n");
         return 2;
     }
@@ -330,6 +333,7 @@ int fmem_bench_ipc(int argc, char **argv)
                                .spin_ns = 50000, .connect_ms = 5000, .allow_uid = (uid_t)-1,
                                .allow_gid = (gid_t)-1, .name = "ipcbench", .stop = &child_stop};
     dc.mnode_sockets[0] = msock;
+    dc.worker_rt_prio = rt;
     int status = 1;
     pid_t m = fork_daemon(run_mnode, &mc, mlog), d = -1;
     fmem_pool *svc[64] = {0}, *nc[64] = {0}, *emb[64] = {0};
@@ -421,8 +425,8 @@ int fmem_bench_ipc(int argc, char **argv)
                "%u %s\n",
                ratio, ratio50, nratio, n, unit);
         printf("load: %u busy processes started; 1-minute load average %.2f, %d runnable at the end, "
-               "%ld cores\n",
-               load, la, runnable, sysconf(_SC_NPROCESSORS_ONLN));
+               "%ld cores; workers %s\n",
+               load, la, runnable, sysconf(_SC_NPROCESSORS_ONLN), rt ? "SCHED_FIFO" : "SCHED_OTHER");
         if (apps > 1) {
             printf("%-6s %12s %12s %12s %12s %10s %10s\n", "app", "ping p99 us", "ping max us",
                    "alloc p99 us", "alloc max us", "pings", "allocs");

@@ -39,7 +39,7 @@
 #include "session_table.h"
 
 #define DEFAULT_SOCKET "/run/fmem/fmemd.sock"
-#define CLIENT_SPIN_NS 50000 /* spin for a reply before sleeping */
+#define CLIENT_SPIN_NS 8000  /* longest spin for a reply before sleeping */
 #define CACHE_REFILL 16        /* blocks asked for when a class's cache is empty */
 #define CACHE_KEEP 16          /* entries kept when a full cache is trimmed */
 

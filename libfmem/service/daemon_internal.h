@@ -18,6 +18,7 @@
 #define MAX_WORKERS 64
 #define WORKER_BATCH 16 /* requests per ring per pass: one flooding ring
                          * cannot starve the others */
+#define WORKER_SPIN_MIN_NS 1000 /* an idle spin grows back from this */
 #define PENDING_PER_UID 16 /* connections of one user before their hello */
 #define PENDING_MAX 1024   /* of all users (fewer when descriptors are short) */
 
@@ -44,6 +45,7 @@ struct worker {
     _Atomic uint32_t kick; /* private futex: the app list changed, or quit */
     _Atomic int quit;
     _Atomic uint64_t served, sleeps;
+    _Atomic uint64_t spin_ns; /* its idle spin now (it adapts) */
     struct fmemd *d;
 };
 

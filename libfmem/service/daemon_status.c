@@ -57,9 +57,10 @@ int status_send(struct fmemd *d, struct peer *p, uint32_t seq)
         pthread_mutex_unlock(&a->mu);
     }
     for (unsigned i = 0; i < d->nworkers; i++)
-        fprintf(f, "worker %u: %u applications, %llu requests served, %llu sleeps\n", i,
-                d->workers[i].napps, (unsigned long long)atomic_load(&d->workers[i].served),
-                (unsigned long long)atomic_load(&d->workers[i].sleeps));
+        fprintf(f, "worker %u: %u applications, %llu requests served, %llu sleeps, idle spin %llu us\n",
+                i, d->workers[i].napps, (unsigned long long)atomic_load(&d->workers[i].served),
+                (unsigned long long)atomic_load(&d->workers[i].sleeps),
+                (unsigned long long)atomic_load(&d->workers[i].spin_ns) / 1000);
     fclose(f);
     if (len > MSG_TEXT_MAX)
         len = MSG_TEXT_MAX;

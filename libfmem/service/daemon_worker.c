@@ -1,8 +1,9 @@
 /* daemon_worker.c - fmemd's workers, one per core. Each serves the rings of
  * the applications assigned to it: it takes the posted slots, at most
  * WORKER_BATCH per ring per pass, runs them, and when there has been
- * nothing to do for spin_ns it sleeps on all its rings' bells at once
- * (futex_waitv) plus a private word that announces a change of its list.
+ * nothing to do for a while (at most spin_ns, less on a busy machine) it
+ * sleeps on all its rings' bells at once (futex_waitv) plus a private word
+ * that announces a change of its list.
  *
  * Every request is decoded from a private copy and checked against the
  * application's own table before any metadata is touched: an application
@@ -10,6 +11,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -198,11 +200,34 @@ static void sleep_on_rings(struct worker *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Involuntary context switches of this thread so far: it lost its core to
+ * another runnable thread. */
+static long preemptions(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : 0;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     struct fmemd *d = w->d;
-    uint64_t idle_since = ring_now_ns();
+    if (d->cfg->worker_rt_prio) {
+        /* requests are served as soon as they are posted whatever else
+         * runs; a worker with nothing to do sleeps (below), so it holds
+         * no core while idle */
+        struct sched_param sp = {.sched_priority = (int)d->cfg->worker_rt_prio};
+        int e = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+        if (e && w == &d->workers[0])
+            dsay(d, "worker real-time priority %u: %s", d->cfg->worker_rt_prio, strerror(e));
+    }
+    /* How long an idle worker spins before it sleeps adapts: it doubles
+     * (up to spin_ns) when a request came while spinning, halves when the
+     * spin ended in sleep, and drops to the least when the thread was
+     * preempted meanwhile (a busy machine: spinning would only take the
+     * core from the applications it waits for). */
+    uint64_t cap = d->cfg->spin_ns, budget = cap, idle_since = ring_now_ns();
+    long preempted = preemptions();
     unsigned spins = 0;
     while (!atomic_load_explicit(&w->quit, memory_order_relaxed)) {
         unsigned did = 0;
@@ -212,21 +237,25 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (did) {
             atomic_fetch_add_explicit(&w->served, did, memory_order_relaxed);
+            if (idle_since) /* the spin paid off */
+                budget = budget * 2 < WORKER_SPIN_MIN_NS ? WORKER_SPIN_MIN_NS : budget * 2;
+            if (budget > cap)
+                budget = cap;
             spins = 0;
             idle_since = 0;
             continue;
         }
         if ((++spins & 15) == 0 || !idle_since) {
             uint64_t now = ring_now_ns();
-            if (!idle_since)
+            if (!idle_since) {
                 idle_since = now;
-            else if (now - idle_since > d->cfg->spin_ns) {
+            } else if (now - idle_since > budget) {
+                long p = preemptions();
+                budget = p != preempted ? 0 : budget / 2;
+                preempted = p;
                 sleep_on_rings(w);
+                atomic_store_explicit(&w->spin_ns, budget, memory_order_relaxed);
                 idle_since = 0;
-                continue;
-            }
-            if (idle_since && now - idle_since > RING_PURE_SPIN_NS) {
-                sched_yield(); /* idle a while: let others have the core */
                 continue;
             }
         }
