@@ -223,3 +223,17 @@ Test(cache, fork_child_gets_no_cached_block)
     cr_assert(env_wait_allocated(&E, 0, 10000));
     cr_assert_eq(env_verify_errors(&E), 0);
 }
+
+/* Requests further apart than a worker's spin: its idle spin shrinks to
+ * nothing instead of burning the spin before every sleep. */
+Test(cache, idle_worker_stops_spinning)
+{
+    env_start_or_fail(&E, 1, "--workers 1 --spin-us 50");
+    fmem_pool *p = env_app(&E, 0);
+    for (int i = 0; i < 40; i++) {
+        cr_assert_eq(service_ping(p), 0);
+        env_nap_ms(2);
+    }
+    cr_assert(env_status_has(E.fmemd_sock[0], "idle spin 0 us"), "the idle spin did not shrink");
+    fmem_close(p);
+}
