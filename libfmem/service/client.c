@@ -384,6 +384,19 @@ static bool cache_put(struct svc_client *c, unsigned k, const fmem_handle *h)
     return ok;
 }
 
+/* Every cached block back to the pool (one TRIM per class). */
+static int cache_drain(struct svc_client *c)
+{
+    int rc = 0;
+    for (unsigned k = 0; c->use_cache && c->ring && k < RING_CACHE_CLASSES; k++) {
+        pthread_mutex_lock(&c->cache[k].mu);
+        int r = c->cache[k].n ? cache_call(c, RING_TRIM, k, 0) : 0;
+        pthread_mutex_unlock(&c->cache[k].mu);
+        rc = rc ? rc : r;
+    }
+    return rc;
+}
+
 static bool cacheable(struct svc_client *c, uint64_t bytes)
 {
     return c->use_cache && c->ring && bytes && bytes <= FMEM_CHUNK_SIZE << (RING_CACHE_CLASSES - 1);
@@ -563,6 +576,9 @@ static int cl_stats(fmem_pool *p, fmem_stats_t *st)
     struct svc_client *c = C(p);
     if (atomic_load(&p->fork_identity) && pool_fork_identity(p))
         return FMEM_EIO; /* a fork child with no service to ask */
+    /* the pool's figures count the blocks this application handed out,
+     * not those waiting in its cache: they go back first */
+    cache_drain(c);
     uint8_t *buf = malloc(MSG_MAX_BYTES);
     if (!buf)
         return FMEM_ENOMEM;
@@ -743,15 +759,7 @@ int service_cache_drain(fmem_pool *p)
 {
     if (!p || p->ops != &client_ops)
         return FMEM_ENOTSUP;
-    struct svc_client *c = C(p);
-    int rc = 0;
-    for (unsigned k = 0; c->use_cache && c->ring && k < RING_CACHE_CLASSES; k++) {
-        pthread_mutex_lock(&c->cache[k].mu);
-        int r = cache_call(c, RING_TRIM, k, 0);
-        pthread_mutex_unlock(&c->cache[k].mu);
-        rc = rc ? rc : r;
-    }
-    return rc;
+    return cache_drain(C(p));
 }
 
 struct ring_hdr *service_ring(fmem_pool *p)
