@@ -4,14 +4,23 @@
  * run; plus the memory node's key regeneration rate. It starts its own
  * fmem-mnode and fmemd (forked from this program) in a temporary directory.
  *   --seconds S   per measurement (default 2)
- *   --threads N   application threads (default 1)
- *   --json        JSON rows instead of the table */
+ *   --threads N   application threads in this process (default 1)
+ *   --apps N      application processes instead, each with its own
+ *                 connection; prints each one's p99 and worst latency
+ *   --load N      N busy processes (endless loops) on the same cores for
+ *                 the whole run; the load average is printed with the figures
+ *   --worker-rt P fmemd's workers SCHED_FIFO at priority P (fmemd --worker-rt)
+ *   --json        JSON rows instead of the table
+ * The service's 4 KiB allocation is measured twice: with the block cache
+ * (the default) and without it (FMEM_SERVICE_CACHE=0, a round trip per
+ * allocation and per free). */
 #include <fmem.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -122,6 +131,102 @@ static int measure(fmem_pool **pools, unsigned threads, enum what w, double secs
     return errors;
 }
 
+/* The same in `apps` processes, one connection each (opened in the child,
+ * with FMEM_SERVICE_CACHE=`cache`); out[i]: process i's figures. */
+static int measure_apps(const char *uri, const char *cache, unsigned apps, enum what w,
+                        double secs, struct lat *out)
+{
+    struct shared {
+        pthread_barrier_t go;
+        int errors;
+    } *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED)
+        return 1;
+    pthread_barrierattr_t ba;
+    pthread_barrierattr_init(&ba);
+    pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+    pthread_barrier_init(&sh->go, &ba, apps);
+    sh->errors = 0;
+    memset(out, 0, apps * sizeof *out);
+    pid_t kids[64];
+    for (unsigned i = 0; i < apps; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            setenv("FMEM_SERVICE_CACHE", cache, 1);
+            fmem_pool *p = NULL;
+            int bad = fmem_open(uri, &p) != 0;
+            struct job j = {.p = p, .what = w, .seconds = secs, .go = &sh->go, .lat = &out[i]};
+            if (bad)
+                pthread_barrier_wait(&sh->go);
+            else
+                job_main(&j);
+            __atomic_add_fetch(&sh->errors, j.errors + bad, __ATOMIC_SEQ_CST);
+            if (p)
+                fmem_close(p);
+            _exit(0);
+        }
+    }
+    for (unsigned i = 0; i < apps; i++)
+        if (kids[i] > 0)
+            waitpid(kids[i], NULL, 0);
+    int errors = sh->errors;
+    pthread_barrier_destroy(&sh->go);
+    munmap(sh, sizeof *sh);
+    return errors;
+}
+
+/* --load N: busy processes that die with us */
+static pid_t load_kids[256];
+static unsigned nload;
+
+static void start_load(unsigned n)
+{
+    for (nload = 0; nload < n && nload < 256; nload++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            for (volatile uint64_t x = 0;; x++)
+                ;
+        }
+        load_kids[nload] = pid;
+    }
+}
+
+static void stop_load(void)
+{
+    for (unsigned i = 0; i < nload; i++)
+        if (load_kids[i] > 0) {
+            kill(load_kids[i], SIGKILL);
+            waitpid(load_kids[i], NULL, 0);
+        }
+    nload = 0;
+}
+
+/* 1-minute load average and runnable tasks now (/proc/loadavg) */
+static void loadavg(double *avg, int *runnable)
+{
+    *avg = 0;
+    *runnable = 0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %*f %*f %d", avg, runnable) != 2)
+            *avg = 0;
+        fclose(f);
+    }
+}
+
+static double mean_ns(const struct lat *l) { return l->n ? (double)l->sum / (double)l->n : 0; }
+
+/* the largest latency recorded (bucket upper bound) */
+static double lat_max(const struct lat *l)
+{
+    for (int i = HB; i >= 0; i--)
+        if (l->b[i])
+            return i < FINE ? i * 10.0 + 10 : FINE * 10.0 + (i - FINE) * 1000.0 + 1000;
+    return 0;
+}
+
 static _Atomic int child_stop;
 
 static void child_signal(int s)
@@ -181,7 +286,7 @@ static double regen_rate(uint64_t *keys)
 int fmem_bench_ipc(int argc, char **argv)
 {
     double secs = 2;
-    unsigned threads = 1;
+    unsigned threads = 1, apps = 0, load = 0, rt = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
@@ -190,15 +295,22 @@ int fmem_bench_ipc(int argc, char **argv)
             secs = atof(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--apps") && i + 1 < argc)
+            apps = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--load") && i + 1 < argc)
+            load = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--worker-rt") && i + 1 < argc)
+            rt = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workload") && i + 1 < argc)
             i++; /* "ipc": the only one here */
         else {
-            fprintf(stderr, "usage: %s [--seconds S] [--threads N] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--seconds S] [--threads N | --apps N] [--load N] [--worker-rt PRIO] [--json]\n",
+                    argv[0]);
             return 2;
         }
     }
-    if (secs <= 0 || threads < 1 || threads > 64) {
-        fprintf(stderr, "fmem-ipcbench: --seconds > 0, --threads 1..64\n");
+    if (secs <= 0 || threads < 1 || threads > 64 || apps > 64 || load > 256 || rt > 99) {
+        fprintf(stderr, "fmem-ipcbench: --seconds > 0, --threads 1..64, --apps 0..64, --load 0..256\n");
         return 2;
     }
     char dir[] = "/tmp/fmem-ipcbench-XXXXXX";
@@ -221,71 +333,127 @@ int fmem_bench_ipc(int argc, char **argv)
                                .spin_ns = 50000, .connect_ms = 5000, .allow_uid = (uid_t)-1,
                                .allow_gid = (gid_t)-1, .name = "ipcbench", .stop = &child_stop};
     dc.mnode_sockets[0] = msock;
+    dc.worker_rt_prio = rt;
     int status = 1;
     pid_t m = fork_daemon(run_mnode, &mc, mlog), d = -1;
-    fmem_pool *svc[64] = {0}, *emb[64] = {0};
-    if (m < 0 || wait_sock(msock))
+    fmem_pool *svc[64] = {0}, *nc[64] = {0}, *emb[64] = {0};
+    unsigned n = apps ? apps : threads;
+    /* per application (or thread): ping, service, service without cache, embedded */
+    size_t lbytes = 4 * (size_t)n * sizeof(struct lat);
+    struct lat *L = mmap(NULL, lbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m < 0 || wait_sock(msock) || L == MAP_FAILED)
         goto out;
     d = fork_daemon(run_fmemd, &dc, dlog);
     if (d < 0 || wait_sock(dsock))
         goto out;
-    for (unsigned i = 0; i < threads; i++)
-        if (fmem_open(uri, &svc[i]) || fmem_open(emb_uri, &emb[i])) {
+    for (unsigned i = 0; !apps && i < threads; i++) {
+        int bad = setenv("FMEM_SERVICE_CACHE", "1", 1) || fmem_open(uri, &svc[i]);
+        bad = bad || setenv("FMEM_SERVICE_CACHE", "0", 1) || fmem_open(uri, &nc[i]);
+        if (bad || fmem_open(emb_uri, &emb[i])) {
             fprintf(stderr, "fmem-ipcbench: cannot open the pools\n");
             goto out;
         }
+    }
+    struct lat *lp = L, *ls = L + n, *ln = L + 2 * n, *le = L + 3 * n;
+    start_load(load);
+    int errs = 0;
+    if (apps) {
+        errs += measure_apps(uri, "1", apps, PING, secs, lp);
+        errs += measure_apps(uri, "1", apps, ALLOC_FREE, secs, ls);
+        errs += measure_apps(uri, "0", apps, ALLOC_FREE, secs, ln);
+        errs += measure_apps(emb_uri, "1", apps, ALLOC_FREE, secs, le);
+    } else {
+        errs += measure(svc, threads, PING, secs, lp);
+        errs += measure(svc, threads, ALLOC_FREE, secs, ls);
+        errs += measure(nc, threads, ALLOC_FREE, secs, ln);
+        errs += measure(emb, threads, ALLOC_FREE, secs, le);
+    }
+    double la;
+    int runnable;
+    loadavg(&la, &runnable);
+    stop_load();
+    /* totals over the applications */
     struct lat *ping = calloc(1, sizeof *ping), *sa = calloc(1, sizeof *sa),
-               *ea = calloc(1, sizeof *ea);
-    int errs = measure(svc, threads, PING, secs, ping);
-    errs += measure(svc, threads, ALLOC_FREE, secs, sa);
-    errs += measure(emb, threads, ALLOC_FREE, secs, ea);
+               *sn = calloc(1, sizeof *sn), *ea = calloc(1, sizeof *ea);
+    for (unsigned i = 0; i < (apps ? apps : 1); i++) {
+        lat_merge(ping, &lp[i]);
+        lat_merge(sa, &ls[i]);
+        lat_merge(sn, &ln[i]);
+        lat_merge(ea, &le[i]);
+    }
     uint64_t keys = 0;
     double krate = regen_rate(&keys);
-    double smean = sa->n ? (double)sa->sum / sa->n : 0, emean = ea->n ? (double)ea->sum / ea->n : 0;
+    double smean = mean_ns(sa), nmean = mean_ns(sn), emean = mean_ns(ea);
     double ratio = emean > 0 ? smean / emean : 0, ratio50 = lat_q(ea, .5) > 0 ? lat_q(sa, .5) / lat_q(ea, .5) : 0;
+    double nratio = emean > 0 ? nmean / emean : 0;
+    const char *unit = apps ? "application process(es)" : "application thread(s)";
     if (json) {
-        printf("{\"bench\":\"ipc\",\"metric\":\"round_trip\",\"threads\":%u,\"ops\":%llu,"
-               "\"p50_ns\":%.0f,\"p99_ns\":%.0f,\"mean_ns\":%.0f}\n",
-               threads, (unsigned long long)ping->n, lat_q(ping, .5), lat_q(ping, .99),
-               ping->n ? (double)ping->sum / ping->n : 0);
-        const struct lat *ls[2] = {sa, ea};
-        const char *mode[2] = {"service", "embedded"};
-        for (int k = 0; k < 2; k++)
-            printf("{\"bench\":\"ipc\",\"metric\":\"alloc_free_4k\",\"mode\":\"%s\",\"threads\":%u,"
-                   "\"ops\":%llu,\"p50_ns\":%.0f,\"p99_ns\":%.0f,\"mean_ns\":%.0f}\n",
-                   mode[k], threads, (unsigned long long)ls[k]->n, lat_q(ls[k], .5),
-                   lat_q(ls[k], .99), ls[k]->n ? (double)ls[k]->sum / ls[k]->n : 0);
-        printf("{\"bench\":\"ipc\",\"metric\":\"service_vs_embedded\",\"threads\":%u,"
-               "\"mean_ratio\":%.2f,\"p50_ratio\":%.2f}\n",
-               threads, ratio, ratio50);
+        const struct lat *ls4[4] = {ping, sa, sn, ea};
+        const char *what[4] = {"round_trip", "alloc_free_4k", "alloc_free_4k", "alloc_free_4k"};
+        const char *mode[4] = {"service", "service", "service_nocache", "embedded"};
+        for (int k = 0; k < 4; k++)
+            printf("{\"bench\":\"ipc\",\"metric\":\"%s\",\"mode\":\"%s\",\"apps\":%u,"
+                   "\"threads\":%u,\"load\":%u,\"loadavg\":%.2f,\"ops\":%llu,\"p50_ns\":%.0f,"
+                   "\"p99_ns\":%.0f,\"mean_ns\":%.0f,\"max_ns\":%.0f}\n",
+                   what[k], mode[k], apps, apps ? 1 : threads, load, la,
+                   (unsigned long long)ls4[k]->n, lat_q(ls4[k], .5), lat_q(ls4[k], .99),
+                   mean_ns(ls4[k]), lat_max(ls4[k]));
+        printf("{\"bench\":\"ipc\",\"metric\":\"service_vs_embedded\",\"apps\":%u,\"threads\":%u,"
+               "\"load\":%u,\"loadavg\":%.2f,\"mean_ratio\":%.2f,\"p50_ratio\":%.2f,"
+               "\"nocache_mean_ratio\":%.2f}\n",
+               apps, apps ? 1 : threads, load, la, ratio, ratio50, nratio);
+        for (unsigned i = 0; apps > 1 && i < apps; i++)
+            printf("{\"bench\":\"ipc\",\"metric\":\"per_app\",\"app\":%u,\"ping_p99_ns\":%.0f,"
+                   "\"ping_max_ns\":%.0f,\"alloc_p99_ns\":%.0f,\"alloc_max_ns\":%.0f,"
+                   "\"ping_ops\":%llu,\"alloc_ops\":%llu}\n",
+                   i, lat_q(&lp[i], .99), lat_max(&lp[i]), lat_q(&ls[i], .99), lat_max(&ls[i]),
+                   (unsigned long long)lp[i].n, (unsigned long long)ls[i].n);
         printf("{\"bench\":\"ipc\",\"metric\":\"key_regeneration\",\"keys\":%llu,"
                "\"keys_per_s\":%.0f}\n",
                (unsigned long long)keys, krate);
     } else {
-        printf("%-34s %10s %10s %10s %10s\n", "measurement", "ops", "p50 us", "p99 us", "mean us");
-        printf("%-34s %10llu %10.2f %10.2f %10.2f\n", "IPC round trip (no-op request)",
-               (unsigned long long)ping->n, lat_q(ping, .5) / 1e3, lat_q(ping, .99) / 1e3,
-               ping->n ? (double)ping->sum / ping->n / 1e3 : 0);
-        printf("%-34s %10llu %10.2f %10.2f %10.2f\n", "4 KiB alloc+free, service",
-               (unsigned long long)sa->n, lat_q(sa, .5) / 1e3, lat_q(sa, .99) / 1e3, smean / 1e3);
-        printf("%-34s %10llu %10.2f %10.2f %10.2f\n", "4 KiB alloc+free, embedded",
-               (unsigned long long)ea->n, lat_q(ea, .5) / 1e3, lat_q(ea, .99) / 1e3, emean / 1e3);
-        printf("service / embedded: %.2fx (mean), %.2fx (p50); %u application thread(s)\n", ratio,
-               ratio50, threads);
+        printf("%-36s %10s %9s %9s %9s %9s\n", "measurement", "ops", "p50 us", "p99 us", "mean us",
+               "max us");
+        const struct lat *ls4[4] = {ping, sa, sn, ea};
+        const char *name[4] = {"IPC round trip (no-op request)", "4 KiB alloc+free, service",
+                               "4 KiB alloc+free, service no cache", "4 KiB alloc+free, embedded"};
+        for (int k = 0; k < 4; k++)
+            printf("%-36s %10llu %9.2f %9.2f %9.2f %9.1f\n", name[k], (unsigned long long)ls4[k]->n,
+                   lat_q(ls4[k], .5) / 1e3, lat_q(ls4[k], .99) / 1e3, mean_ns(ls4[k]) / 1e3,
+                   lat_max(ls4[k]) / 1e3);
+        printf("service / embedded: %.2fx (mean), %.2fx (p50); without the cache %.2fx (mean); "
+               "%u %s\n",
+               ratio, ratio50, nratio, n, unit);
+        printf("load: %u busy processes started; 1-minute load average %.2f, %d runnable at the end, "
+               "%ld cores; workers %s\n",
+               load, la, runnable, sysconf(_SC_NPROCESSORS_ONLN), rt ? "SCHED_FIFO" : "SCHED_OTHER");
+        if (apps > 1) {
+            printf("%-6s %12s %12s %12s %12s %10s %10s\n", "app", "ping p99 us", "ping max us",
+                   "alloc p99 us", "alloc max us", "pings", "allocs");
+            for (unsigned i = 0; i < apps; i++)
+                printf("%-6u %12.2f %12.1f %12.2f %12.1f %10llu %10llu\n", i, lat_q(&lp[i], .99) / 1e3,
+                       lat_max(&lp[i]) / 1e3, lat_q(&ls[i], .99) / 1e3, lat_max(&ls[i]) / 1e3,
+                       (unsigned long long)lp[i].n, (unsigned long long)ls[i].n);
+        }
         printf("key regeneration: %llu keys in one pass, %.1f M keys/s\n",
                (unsigned long long)keys, krate / 1e6);
     }
     free(ping);
     free(sa);
+    free(sn);
     free(ea);
     status = errs ? 1 : 0;
     if (errs)
         fprintf(stderr, "fmem-ipcbench: %d failed operations\n", errs);
 out:
+    stop_load();
     for (unsigned i = 0; i < threads; i++) {
         fmem_close(svc[i]);
+        fmem_close(nc[i]);
         fmem_close(emb[i]);
     }
+    if (L != MAP_FAILED)
+        munmap(L, lbytes);
     pid_t kids[2] = {d, m};
     for (int i = 0; i < 2; i++)
         if (kids[i] > 0) {

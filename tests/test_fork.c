@@ -22,6 +22,7 @@
 #include <fmem_admin.h>
 #include <fmem_far.h>
 
+#include "service/client.h"
 #include "test_service_env.h"
 
 static fmem_pool *pool;
@@ -33,6 +34,7 @@ static struct svc_env env;
 static uint64_t pool_used(void)
 {
     fmem_stats_t st;
+    service_cache_drain(pool); /* a service pool: its cached blocks too */
     return fmem_stats(pool, &st) == 0 ? st.allocated_bytes : UINT64_MAX;
 }
 

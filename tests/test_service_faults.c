@@ -347,9 +347,10 @@ Test(faults, kill_fmemd_and_restart)
     fmem_handle h[100], o;
     for (int i = 0; i < 100; i++)
         cr_assert_eq(fmem_alloc(p, 4096u << (i % 3), &h[i]), 0);
-    cr_assert_eq(fmem_alloc(other, 8192, &o), 0);
+    /* 64 KiB: above the cached sizes, so the other service holds just it */
+    cr_assert_eq(fmem_alloc(other, 65536, &o), 0);
     cr_assert_eq(fmem_write(other, &o, 0, "other", 6), 0);
-    uint64_t other_bytes = 8192;
+    uint64_t other_bytes = 65536;
     env_stop_pid(&E.fmemd[0], SIGKILL);
     cr_assert(env_wait_allocated(&E, other_bytes, 5000),
               "the dead service's blocks were not recovered");
@@ -390,9 +391,10 @@ Test(faults, mnode_restart_keeps_pool)
     uint64_t held = env_pool_allocated(&E);
     int st = env_stop_pid(&E.mnode, SIGTERM);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "memory node did not stop cleanly");
-    /* allocation goes on while the memory node is away */
+    /* allocation goes on while the memory node is away (64 KiB: above the
+     * cached sizes, so the pool holds what it held before afterwards) */
     fmem_handle extra;
-    cr_assert_eq(fmem_alloc(p, 4096, &extra), 0);
+    cr_assert_eq(fmem_alloc(p, 65536, &extra), 0);
     cr_assert_eq(fmem_free(p, &extra), 0);
     cr_assert(env_start_mnode(&E));
     bool resumed = false;

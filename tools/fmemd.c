@@ -36,7 +36,10 @@ static int usage(FILE *f)
             "  --max-apps N        applications at once (default 256)\n"
             "  --max-apps-per-uid N  applications of one user at once (default a\n"
             "                      quarter of --max-apps; root and our own user: any)\n"
-            "  --spin-us N         worker spin before sleeping (default 50)\n"
+            "  --spin-us N         longest worker spin before sleeping (default 50; it\n"
+            "                      adapts down to 0 on a busy machine)\n"
+            "  --worker-rt PRIO    run the workers SCHED_FIFO at PRIO (1-99; default off):\n"
+            "                      bounded service latency on a busy machine\n"
             "  --connect-ms N      wait this long for the memory nodes (default 10000)\n"
             "  --name NAME         shown by fmem status (default fmemd)\n"
             "  -v, --verbose\n");
@@ -63,7 +66,7 @@ int main(int argc, char **argv)
         {"allow-uid", 1, 0, 'u'},     {"allow-gid", 1, 0, 'g'}, {"workers", 1, 0, 'w'},
         {"app-max-bytes", 1, 0, 'B'}, {"app-max-allocs", 1, 0, 'A'},
         {"max-apps", 1, 0, 'a'},      {"spin-us", 1, 0, 'S'},   {"connect-ms", 1, 0, 'c'},
-        {"max-apps-per-uid", 1, 0, 'U'},
+        {"max-apps-per-uid", 1, 0, 'U'}, {"worker-rt", 1, 0, 'R'},
         {"name", 1, 0, 'N'},          {"verbose", 0, 0, 'v'},   {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     int o;
@@ -106,6 +109,7 @@ int main(int argc, char **argv)
         case 'a': c.max_apps = (unsigned)num("--max-apps", optarg, 4096); break;
         case 'U': c.max_apps_per_uid = (unsigned)num("--max-apps-per-uid", optarg, 4096); break;
         case 'S': c.spin_ns = num("--spin-us", optarg, 1000000) * 1000; break;
+        case 'R': c.worker_rt_prio = (unsigned)num("--worker-rt", optarg, 99); break;
         case 'c': c.connect_ms = (unsigned)num("--connect-ms", optarg, 3600000); break;
         case 'N': c.name = optarg; break;
         case 'v': c.verbose = true; break;

@@ -39,7 +39,16 @@
 #include "session_table.h"
 
 #define DEFAULT_SOCKET "/run/fmem/fmemd.sock"
-#define CLIENT_SPIN_NS 50000 /* spin for a reply before sleeping */
+#define CLIENT_SPIN_NS 8000  /* longest spin for a reply before sleeping */
+#define CACHE_REFILL 16        /* blocks asked for when a class's cache is empty */
+#define CACHE_KEEP 16          /* entries kept when a full cache is trimmed */
+
+/* Our view of one size class of the ring's block cache (proto.h): entries
+ * from n on are empty as far as we know (fmemd may have emptied others). */
+struct cache_class {
+    pthread_mutex_t mu;
+    unsigned n;
+};
 
 struct svc_client {
     char path[108]; /* the service's socket */
@@ -61,6 +70,10 @@ struct svc_client {
     _Atomic bool dead;
     _Atomic uint64_t allocs, frees, failed, size_class[FMEM_SIZE_CLASSES];
     _Atomic uint32_t seq;
+    /* blocks of up to 4 KiB << (RING_CACHE_CLASSES - 1) come from the
+     * ring's cache and go back to it (shm nodes only) */
+    bool use_cache;
+    struct cache_class cache[RING_CACHE_CLASSES];
 };
 
 static struct svc_client *C(fmem_pool *p) { return p->backend; }
@@ -257,6 +270,14 @@ static int handshake(struct svc_client *c)
         c->app_id = m.u.welcome.app_id;
     for (unsigned i = 0; i < nfds; i++)
         close(fds[i]);
+    /* a new ring: its cache is empty. Nodes over RDMA: no cache (every
+     * block comes with a round trip, as it always did) */
+    const char *env = getenv("FMEM_SERVICE_CACHE");
+    c->use_cache = rc == 0 && !(env && !strcmp(env, "0"));
+    for (unsigned i = 0; i < c->nnodes; i++)
+        c->use_cache &= c->rdma[i] == NULL;
+    for (unsigned k = 0; k < RING_CACHE_CLASSES; k++)
+        c->cache[k].n = 0;
     return rc;
 }
 
@@ -278,19 +299,134 @@ static void cl_close(fmem_pool *p)
         own_free(&c->held);
         pthread_rwlock_destroy(&c->lock);
         pthread_mutex_destroy(&c->sock_mu);
+        for (unsigned k = 0; k < RING_CACHE_CLASSES; k++)
+            pthread_mutex_destroy(&c->cache[k].mu);
         free(c);
     }
     free(p);
 }
 
-static int cl_alloc(fmem_pool *p, size_t size, fmem_handle *out)
+/* ---- the block cache ------------------------------------------------------ */
+
+static unsigned cache_scan(struct svc_client *c, unsigned k)
 {
-    struct svc_client *c = C(p);
-    struct ring_req req = {.op = RING_ALLOC, .size = size,
+    unsigned n = RING_CACHE_ENTRIES;
+    while (n && !(atomic_load_explicit(&c->ring->cache[k][n - 1].state, memory_order_acquire) & 1))
+        n--;
+    return n;
+}
+
+/* Take a full entry of class k (its mutex held). false: none left. */
+static bool cache_pop(struct svc_client *c, unsigned k, fmem_handle *h)
+{
+    struct cache_class *cc = &c->cache[k];
+    struct ring_cache_ent *e = c->ring->cache[k];
+    while (cc->n) {
+        unsigned i = --cc->n;
+        uint32_t s = atomic_load_explicit(&e[i].state, memory_order_acquire);
+        if (!(s & 1))
+            continue; /* revoked by fmemd */
+        memcpy(h, (const void *)&e[i].h, sizeof *h);
+        if (atomic_compare_exchange_strong(&e[i].state, &s, s & ~1u))
+            return true;
+    }
+    return false;
+}
+
+/* REFILL or TRIM class k (its mutex held), then look at the entries again. */
+static int cache_call(struct svc_client *c, uint32_t op, unsigned k, unsigned count)
+{
+    struct ring_req req = {.op = op, .size = FMEM_CHUNK_SIZE << k, .count = count,
                            .cookie = atomic_fetch_add(&c->seq, 1)};
     struct ring_rsp rsp;
     int rc = call(c, &req, &rsp);
-    const fmem_handle *h = &rsp.h;
+    c->cache[k].n = cache_scan(c, k);
+    return rc;
+}
+
+static int cache_get(struct svc_client *c, unsigned k, fmem_handle *h)
+{
+    struct cache_class *cc = &c->cache[k];
+    int rc = 0;
+    pthread_mutex_lock(&cc->mu);
+    for (int tries = 0;; tries++) {
+        if (cache_pop(c, k, h))
+            break;
+        /* a refill that left nothing for us: the entries are being
+         * scribbled on (by this process) */
+        rc = tries < 2 ? cache_call(c, RING_REFILL, k, CACHE_REFILL) : FMEM_EIO;
+        if (rc)
+            break;
+    }
+    pthread_mutex_unlock(&cc->mu);
+    return rc;
+}
+
+/* Put a block we hold back in the cache; false: no room (free it instead). */
+static bool cache_put(struct svc_client *c, unsigned k, const fmem_handle *h)
+{
+    struct cache_class *cc = &c->cache[k];
+    bool ok = false;
+    pthread_mutex_lock(&cc->mu);
+    if (cc->n == RING_CACHE_ENTRIES)
+        cache_call(c, RING_TRIM, k, CACHE_KEEP); /* frees go back in batches */
+    if (cc->n < RING_CACHE_ENTRIES) {
+        struct ring_cache_ent *e = &c->ring->cache[k][cc->n];
+        uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
+        if (!(s & 1)) {
+            memcpy((void *)&e->h, h, sizeof *h);
+            atomic_store_explicit(&e->state, (((s >> 1) + 1) << 1) | 1, memory_order_release);
+            cc->n++;
+            ok = true;
+        }
+    }
+    pthread_mutex_unlock(&cc->mu);
+    return ok;
+}
+
+/* Every cached block back to the pool (one TRIM per class). */
+static int cache_drain(struct svc_client *c)
+{
+    int rc = 0;
+    for (unsigned k = 0; c->use_cache && c->ring && k < RING_CACHE_CLASSES; k++) {
+        pthread_mutex_lock(&c->cache[k].mu);
+        int r = c->cache[k].n ? cache_call(c, RING_TRIM, k, 0) : 0;
+        pthread_mutex_unlock(&c->cache[k].mu);
+        rc = rc ? rc : r;
+    }
+    return rc;
+}
+
+static bool cacheable(struct svc_client *c, uint64_t bytes)
+{
+    return c->use_cache && c->ring && bytes && bytes <= FMEM_CHUNK_SIZE << (RING_CACHE_CLASSES - 1);
+}
+
+static int cl_alloc(fmem_pool *p, size_t size, fmem_handle *out)
+{
+    struct svc_client *c = C(p);
+    struct ring_rsp rsp;
+    fmem_handle got, *h = &got;
+    int rc;
+    bool cached = cacheable(c, size);
+    if (cached) {
+        unsigned k = chunks_log2(size);
+        if (atomic_load_explicit(&c->dead, memory_order_relaxed) ||
+            atomic_load_explicit(&c->ring->revoked, memory_order_acquire))
+            rc = FMEM_EIO; /* as a round trip would answer */
+        else
+            rc = cache_get(c, k, h);
+        if (rc == 0 && h->length != FMEM_CHUNK_SIZE << k)
+            rc = FMEM_EIO;
+        /* fenced since it was cached: it may be another's now */
+        if (rc == 0 && h->node < c->nnodes && service_gone(c, h->node))
+            rc = FMEM_EIO;
+    } else {
+        struct ring_req req = {.op = RING_ALLOC, .size = size,
+                               .cookie = atomic_fetch_add(&c->seq, 1)};
+        rc = call(c, &req, &rsp);
+        h = &rsp.h;
+    }
     if (rc == 0 && (h->node >= c->nnodes || h->length < size || h->length < FMEM_CHUNK_SIZE ||
                     (h->length & (h->length - 1)) || h->addr > c->data_bytes[h->node] ||
                     h->length > c->data_bytes[h->node] - h->addr))
@@ -301,8 +437,10 @@ static int cl_alloc(fmem_pool *p, size_t size, fmem_handle *out)
                           chunks_log2(h->length));
         pthread_rwlock_unlock(&c->lock);
         if (!ok) {
-            struct ring_req fr = {.op = RING_FREE, .h = *h};
-            call(c, &fr, &rsp);
+            if (!cached || !cache_put(c, chunks_log2(h->length), h)) {
+                struct ring_req fr = {.op = RING_FREE, .h = *h};
+                call(c, &fr, &rsp);
+            }
             rc = FMEM_ENOMEM;
         }
     }
@@ -338,8 +476,16 @@ static int cl_free(fmem_pool *p, const fmem_handle *h)
     if (local == 0) /* no access from here on, even before fmemd answers */
         own_del(&c->held, own_get(&c->held, own_key(h->node, h->addr >> CHUNK_SHIFT)));
     pthread_rwlock_unlock(&c->lock);
-    if (local == 0 && service_gone(c, h->node))
+    /* not a block we hold (a double free, another's): never sent, since
+     * fmemd would free a block our cache still holds */
+    if (local)
+        return local;
+    if (service_gone(c, h->node))
         return FMEM_ESTALE; /* its service reclaims it, or already did */
+    if (cacheable(c, h->length) && cache_put(c, chunks_log2(h->length), h)) {
+        atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+        return 0;
+    }
     /* fmemd decides in any case: it checks its own table of our blocks */
     struct ring_req req = {.op = RING_FREE, .h = *h, .cookie = atomic_fetch_add(&c->seq, 1)};
     struct ring_rsp rsp;
@@ -430,6 +576,9 @@ static int cl_stats(fmem_pool *p, fmem_stats_t *st)
     struct svc_client *c = C(p);
     if (atomic_load(&p->fork_identity) && pool_fork_identity(p))
         return FMEM_EIO; /* a fork child with no service to ask */
+    /* the pool's figures count the blocks this application handed out,
+     * not those waiting in its cache: they go back first */
+    cache_drain(c);
     uint8_t *buf = malloc(MSG_MAX_BYTES);
     if (!buf)
         return FMEM_ENOMEM;
@@ -475,6 +624,12 @@ static int cl_fork_child(fmem_pool *p)
     struct svc_client *c = C(p);
     pthread_rwlock_init(&c->lock, NULL);
     pthread_mutex_init(&c->sock_mu, NULL);
+    /* the parent's cache stays the parent's: its blocks were never ours */
+    for (unsigned k = 0; k < RING_CACHE_CLASSES; k++) {
+        pthread_mutex_init(&c->cache[k].mu, NULL);
+        c->cache[k].n = 0;
+    }
+    c->use_cache = false; /* until our own connection's ring */
     struct own_table held = c->held;
     void *data[SVC_MAX_NODES];
     uint64_t bytes[SVC_MAX_NODES];
@@ -572,6 +727,8 @@ int service_open(const char *uri, fmem_pool **out)
     memcpy(c->path, path, strlen(path) + 1); /* socket_path() checked: < 108 */
     pthread_rwlock_init(&c->lock, NULL);
     pthread_mutex_init(&c->sock_mu, NULL);
+    for (unsigned k = 0; k < RING_CACHE_CLASSES; k++)
+        pthread_mutex_init(&c->cache[k].mu, NULL);
     c->sock = sock_connect(path);
     if (c->sock < 0) {
         /* the socket file's mode keeps this user out: a refusal too */
@@ -596,6 +753,13 @@ int service_ping(fmem_pool *p)
     struct ring_req req = {.op = RING_PING, .cookie = atomic_fetch_add(&C(p)->seq, 1)};
     struct ring_rsp rsp;
     return call(C(p), &req, &rsp);
+}
+
+int service_cache_drain(fmem_pool *p)
+{
+    if (!p || p->ops != &client_ops)
+        return FMEM_ENOTSUP;
+    return cache_drain(C(p));
 }
 
 struct ring_hdr *service_ring(fmem_pool *p)

@@ -11,6 +11,10 @@ struct ring_hdr;
 int service_open(const char *uri, fmem_pool **out);
 /* A no-op request through the ring (round-trip measurements). */
 int service_ping(fmem_pool *p);
+/* Give every block of the client's cache back to the pool (tests that
+ * compare the pool's usage with what the application holds). 0 or FMEM_E*;
+ * FMEM_ENOTSUP if not a service pool. */
+int service_cache_drain(fmem_pool *p);
 /* The client's ring (tests that play a misbehaving application). */
 struct ring_hdr *service_ring(fmem_pool *p);
 /* The client's socket to fmemd (tests), -1 if not a service pool. */

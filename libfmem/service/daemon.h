@@ -24,7 +24,8 @@ struct fmemd_config {
     uint64_t app_max_allocs;   /* 0: none */
     unsigned max_apps;         /* default 256 */
     unsigned max_apps_per_uid; /* sessions of one user; 0: max_apps / 4 */
-    uint64_t spin_ns;          /* a worker spins this long before sleeping */
+    uint64_t spin_ns;          /* a worker spins at most this long before sleeping */
+    unsigned worker_rt_prio;   /* SCHED_FIFO priority of the workers, 0: none */
     unsigned connect_ms;       /* how long to wait for the memory nodes */
     uid_t allow_uid;           /* besides root and our uid; -1: none */
     gid_t allow_gid;           /* -1: none */

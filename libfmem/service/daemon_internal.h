@@ -18,6 +18,7 @@
 #define MAX_WORKERS 64
 #define WORKER_BATCH 16 /* requests per ring per pass: one flooding ring
                          * cannot starve the others */
+#define WORKER_SPIN_MIN_NS 1000 /* an idle spin grows back from this */
 #define PENDING_PER_UID 16 /* connections of one user before their hello */
 #define PENDING_MAX 1024   /* of all users (fewer when descriptors are short) */
 
@@ -31,6 +32,7 @@ struct app {
     struct own_table own;
     uint64_t bytes, blocks;            /* held now */
     uint64_t allocs, frees, pings, errors, refused_quota;
+    uint64_t refills, trims, revoked; /* its block cache (daemon_cache.c) */
     unsigned bad_socket_msgs; /* control thread only */
     struct app *next_dead;    /* the reaper's queue */
 };
@@ -43,6 +45,7 @@ struct worker {
     _Atomic uint32_t kick; /* private futex: the app list changed, or quit */
     _Atomic int quit;
     _Atomic uint64_t served, sleeps;
+    _Atomic uint64_t spin_ns; /* its idle spin now (it adapts) */
     struct fmemd *d;
 };
 
@@ -91,6 +94,10 @@ struct fmemd {
     pthread_cond_t rcv;
     struct app *dead_head, *dead_tail;
     unsigned ndead, reaping;
+    /* applications whose caches may be revoked when memory runs short */
+    pthread_mutex_t cmu;
+    struct app **capps;
+    unsigned ncapps;
     _Atomic int quit;
     _Atomic uint64_t apps_reaped, blocks_reaped, bad_messages;
     uint64_t started_ns;
@@ -110,6 +117,11 @@ int workers_start(struct fmemd *d);
 void workers_stop(struct fmemd *d);
 void worker_attach(struct worker *w, struct app *a);
 void worker_detach(struct worker *w, struct app *a);
+/* Allocate a block of 4 KiB << k for a (a->mu held); `reclaim`: at the
+ * quota or out of memory, revoke cached blocks and try once more. */
+int app_alloc(struct fmemd *d, struct app *a, unsigned k, bool reclaim, fmem_handle *out);
+/* Free a decoded handle if a->own says it is a's (a->mu held). */
+int app_free(struct fmemd *d, struct app *a, const fmem_handle *h);
 /* Run one decoded request for application a (a->mu held). */
 void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, struct ring_rsp *rsp);
 
@@ -125,6 +137,21 @@ void app_event(struct fmemd *d, unsigned i, short revents, uint64_t now);
 void conns_expire(struct fmemd *d, uint64_t now);
 /* Application i has left: off its worker, its blocks to the reaper. */
 void app_gone(struct fmemd *d, unsigned i);
+
+/* daemon_cache.c: the applications' block caches (a->mu held) */
+/* Fill up to `want` empty entries of class k; 0 if at least one was. */
+int cache_refill(struct fmemd *d, struct app *a, unsigned k, unsigned want, unsigned *filled);
+/* Revoke the full entries of class k from entry `keep` on: blocks freed. */
+unsigned cache_trim(struct fmemd *d, struct app *a, unsigned k, unsigned keep);
+unsigned cache_revoke_all(struct fmemd *d, struct app *a);
+/* Is h in one of a's full entries? */
+bool cache_holds(const struct app *a, const fmem_handle *h);
+/* Memory is short for `self`: revoke its cache and every other
+ * application's whose lock is free. Blocks freed. */
+unsigned caches_reclaim(struct fmemd *d, struct app *self);
+/* The applications caches_reclaim() looks at (worker_attach / detach). */
+void cache_register(struct fmemd *d, struct app *a);
+void cache_unregister(struct fmemd *d, struct app *a);
 
 /* daemon_reaper.c */
 int reaper_start(struct fmemd *d);

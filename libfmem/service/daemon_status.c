@@ -51,12 +51,16 @@ int status_send(struct fmemd *d, struct peer *p, uint32_t seq)
                 (unsigned long long)a->bytes, (unsigned long long)a->allocs,
                 (unsigned long long)a->frees, (unsigned long long)a->pings,
                 (unsigned long long)a->errors, (unsigned long long)a->refused_quota);
+        fprintf(f, "    block cache: %llu refills, %llu trims, %llu blocks revoked\n",
+                (unsigned long long)a->refills, (unsigned long long)a->trims,
+                (unsigned long long)a->revoked);
         pthread_mutex_unlock(&a->mu);
     }
     for (unsigned i = 0; i < d->nworkers; i++)
-        fprintf(f, "worker %u: %u applications, %llu requests served, %llu sleeps\n", i,
-                d->workers[i].napps, (unsigned long long)atomic_load(&d->workers[i].served),
-                (unsigned long long)atomic_load(&d->workers[i].sleeps));
+        fprintf(f, "worker %u: %u applications, %llu requests served, %llu sleeps, idle spin %llu us\n",
+                i, d->workers[i].napps, (unsigned long long)atomic_load(&d->workers[i].served),
+                (unsigned long long)atomic_load(&d->workers[i].sleeps),
+                (unsigned long long)atomic_load(&d->workers[i].spin_ns) / 1000);
     fclose(f);
     if (len > MSG_TEXT_MAX)
         len = MSG_TEXT_MAX;

@@ -1,8 +1,9 @@
 /* daemon_worker.c - fmemd's workers, one per core. Each serves the rings of
  * the applications assigned to it: it takes the posted slots, at most
  * WORKER_BATCH per ring per pass, runs them, and when there has been
- * nothing to do for spin_ns it sleeps on all its rings' bells at once
- * (futex_waitv) plus a private word that announces a change of its list.
+ * nothing to do for a while (at most spin_ns, less on a busy machine) it
+ * sleeps on all its rings' bells at once (futex_waitv) plus a private word
+ * that announces a change of its list.
  *
  * Every request is decoded from a private copy and checked against the
  * application's own table before any metadata is touched: an application
@@ -10,6 +11,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -17,15 +19,13 @@
 
 #include "service/daemon_internal.h"
 
-static int do_alloc(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out)
+static int alloc_once(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out)
 {
     uint64_t bytes = FMEM_CHUNK_SIZE << k;
     const struct fmemd_config *c = d->cfg;
     if ((c->app_max_bytes && a->bytes + bytes > c->app_max_bytes) ||
-        (c->app_max_allocs && a->blocks + 1 > c->app_max_allocs)) {
-        a->refused_quota++;
+        (c->app_max_allocs && a->blocks + 1 > c->app_max_allocs))
         return FMEM_EQUOTA;
-    }
     unsigned start = atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
     int rc = FMEM_ENOMEM;
     for (unsigned i = 0; i < d->nnodes; i++) {
@@ -56,7 +56,21 @@ static int do_alloc(struct fmemd *d, struct app *a, unsigned k, fmem_handle *out
     return rc;
 }
 
-static int do_free(struct fmemd *d, struct app *a, const fmem_handle *h)
+int app_alloc(struct fmemd *d, struct app *a, unsigned k, bool reclaim, fmem_handle *out)
+{
+    int rc = alloc_once(d, a, k, out);
+    /* blocks sitting in caches count: at the quota, the application's own
+     * cached blocks go back; with memory short, everyone's */
+    if (reclaim && rc == FMEM_EQUOTA && cache_revoke_all(d, a))
+        rc = alloc_once(d, a, k, out);
+    else if (reclaim && rc == FMEM_ENOMEM && caches_reclaim(d, a))
+        rc = alloc_once(d, a, k, out);
+    if (rc == FMEM_EQUOTA)
+        a->refused_quota++;
+    return rc;
+}
+
+int app_free(struct fmemd *d, struct app *a, const fmem_handle *h)
 {
     struct dnode *dn = &d->nodes[h->node];
     if (!dn->n)
@@ -94,10 +108,20 @@ void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, 
             a->pings++;
             break;
         case RING_ALLOC:
-            rsp->rc = do_alloc(d, a, r.log2_chunks, &rsp->h);
+            rsp->rc = app_alloc(d, a, r.log2_chunks, true, &rsp->h);
             break;
         case RING_FREE:
-            rsp->rc = do_free(d, a, &r.h);
+            /* a block in its cache is not the application's to free: it
+             * is free as far as the application knows */
+            rsp->rc = cache_holds(a, &r.h) ? FMEM_EBADHANDLE : app_free(d, a, &r.h);
+            break;
+        case RING_REFILL:
+            rsp->rc = cache_refill(d, a, r.log2_chunks, r.count, &rsp->count);
+            a->refills++;
+            break;
+        case RING_TRIM:
+            rsp->count = cache_trim(d, a, r.log2_chunks, r.count);
+            a->trims++;
             break;
         default:
             rsp->rc = FMEM_EINVAL;
@@ -176,11 +200,34 @@ static void sleep_on_rings(struct worker *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Involuntary context switches of this thread so far: it lost its core to
+ * another runnable thread. */
+static long preemptions(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : 0;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     struct fmemd *d = w->d;
-    uint64_t idle_since = ring_now_ns();
+    if (d->cfg->worker_rt_prio) {
+        /* requests are served as soon as they are posted whatever else
+         * runs; a worker with nothing to do sleeps (below), so it holds
+         * no core while idle */
+        struct sched_param sp = {.sched_priority = (int)d->cfg->worker_rt_prio};
+        int e = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+        if (e && w == &d->workers[0])
+            dsay(d, "worker real-time priority %u: %s", d->cfg->worker_rt_prio, strerror(e));
+    }
+    /* How long an idle worker spins before it sleeps adapts: it doubles
+     * (up to spin_ns) when a request came while spinning, halves when the
+     * spin ended in sleep, and drops to the least when the thread was
+     * preempted meanwhile (a busy machine: spinning would only take the
+     * core from the applications it waits for). */
+    uint64_t cap = d->cfg->spin_ns, budget = cap, idle_since = ring_now_ns();
+    long preempted = preemptions();
     unsigned spins = 0;
     while (!atomic_load_explicit(&w->quit, memory_order_relaxed)) {
         unsigned did = 0;
@@ -190,21 +237,25 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (did) {
             atomic_fetch_add_explicit(&w->served, did, memory_order_relaxed);
+            if (idle_since) /* the spin paid off */
+                budget = budget * 2 < WORKER_SPIN_MIN_NS ? WORKER_SPIN_MIN_NS : budget * 2;
+            if (budget > cap)
+                budget = cap;
             spins = 0;
             idle_since = 0;
             continue;
         }
         if ((++spins & 15) == 0 || !idle_since) {
             uint64_t now = ring_now_ns();
-            if (!idle_since)
+            if (!idle_since) {
                 idle_since = now;
-            else if (now - idle_since > d->cfg->spin_ns) {
+            } else if (now - idle_since > budget) {
+                long p = preemptions();
+                budget = p != preempted ? 0 : budget / 2;
+                preempted = p;
                 sleep_on_rings(w);
+                atomic_store_explicit(&w->spin_ns, budget, memory_order_relaxed);
                 idle_since = 0;
-                continue;
-            }
-            if (idle_since && now - idle_since > RING_PURE_SPIN_NS) {
-                sched_yield(); /* idle a while: let others have the core */
                 continue;
             }
         }
@@ -225,11 +276,13 @@ void worker_attach(struct worker *w, struct app *a)
     w->apps[w->napps++] = a;
     a->w = w;
     pthread_mutex_unlock(&w->mu);
+    cache_register(w->d, a);
     kick(w);
 }
 
 void worker_detach(struct worker *w, struct app *a)
 {
+    cache_unregister(w->d, a); /* no other worker revokes its cache now */
     pthread_mutex_lock(&w->mu);
     for (unsigned i = 0; i < w->napps; i++)
         if (w->apps[i] == a) {
@@ -250,6 +303,10 @@ int workers_start(struct fmemd *d)
     }
     if (n > MAX_WORKERS)
         n = MAX_WORKERS;
+    pthread_mutex_init(&d->cmu, NULL);
+    d->capps = calloc(MAX_APPS_HARD, sizeof *d->capps);
+    if (!d->capps)
+        return FMEM_ENOMEM;
     for (unsigned i = 0; i < n; i++) {
         struct worker *w = &d->workers[i];
         w->d = d;
@@ -277,4 +334,6 @@ void workers_stop(struct fmemd *d)
         pthread_mutex_destroy(&d->workers[i].mu);
     }
     d->nworkers = 0;
+    free(d->capps);
+    d->capps = NULL;
 }

@@ -179,6 +179,19 @@ int ring_req_decode(const struct ring_req *req, uint64_t max_bytes, unsigned nno
         out->h = *h;
         return 0;
     }
+    case RING_REFILL:
+    case RING_TRIM: {
+        out->op = (enum ring_op)req->op;
+        uint64_t max = FMEM_CHUNK_SIZE << (RING_CACHE_CLASSES - 1);
+        if (req->size < FMEM_CHUNK_SIZE || req->size > max || req->size > max_bytes ||
+            (req->size & (req->size - 1)))
+            return FMEM_ESIZE;
+        if (req->count > RING_CACHE_ENTRIES)
+            return FMEM_EINVAL;
+        out->log2_chunks = chunks_log2(req->size);
+        out->count = req->count;
+        return 0;
+    }
     default:
         return FMEM_EINVAL;
     }

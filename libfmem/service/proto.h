@@ -172,6 +172,8 @@ enum ring_op {
     RING_PING = 1, /* no allocation work: measures the round trip */
     RING_ALLOC,
     RING_FREE,
+    RING_REFILL, /* put up to `count` new blocks of `size` bytes in the cache */
+    RING_TRIM,   /* give back the cached blocks of `size` bytes beyond entry `count` */
     RING_OP_END
 };
 
@@ -189,11 +191,13 @@ struct ring_req {
     uint64_t size;  /* ALLOC */
     fmem_handle h;  /* FREE */
     uint64_t cookie; /* echoed */
+    uint32_t count;  /* REFILL: blocks wanted; TRIM: entries kept */
+    uint32_t pad;
 };
 
 struct ring_rsp {
     int32_t rc;
-    uint32_t pad;
+    uint32_t count; /* REFILL: blocks put in the cache; TRIM: given back */
     fmem_handle h; /* ALLOC */
     uint64_t cookie;
 };
@@ -205,6 +209,24 @@ struct ring_slot {
     struct ring_req req;
     struct ring_rsp rsp;
 } __attribute__((aligned(128)));
+
+/* The application's cache of blocks it holds but has not handed out yet,
+ * per size class (4 KiB << class). fmemd allocates the blocks into it
+ * (REFILL; they count against the application's quota and are freed with
+ * the rest of its blocks when it leaves); the application takes them and
+ * puts freed ones back without a round trip. `state` is generation << 1 |
+ * full: whoever empties an entry does so with a compare-and-swap of the
+ * whole word, so an entry is taken once, by the application (a block handed
+ * out) or by fmemd (a block revoked: TRIM, or memory running short for
+ * another application). fmemd keeps its own table of what the application
+ * holds and frees only blocks that table names, whatever the entries say. */
+#define RING_CACHE_CLASSES 4  /* 4 KiB to 32 KiB blocks */
+#define RING_CACHE_ENTRIES 32 /* per class */
+struct ring_cache_ent {
+    _Atomic uint32_t state;
+    uint32_t pad;
+    fmem_handle h;
+};
 
 struct ring_hdr {
     uint32_t magic;
@@ -219,6 +241,7 @@ struct ring_hdr {
     _Atomic uint32_t revoked;
     char pad[128 - 36];
     struct ring_slot slots[RING_SLOTS];
+    struct ring_cache_ent cache[RING_CACHE_CLASSES][RING_CACHE_ENTRIES];
 };
 
 #define RING_BYTES (((sizeof(struct ring_hdr) + 4095) / 4096) * 4096)
@@ -226,7 +249,8 @@ struct ring_hdr {
 /* A request after decoding: what the worker acts on. */
 struct svc_req {
     enum ring_op op;
-    unsigned log2_chunks; /* ALLOC */
+    unsigned log2_chunks; /* ALLOC, REFILL, TRIM */
+    unsigned count;       /* REFILL, TRIM */
     fmem_handle h;        /* FREE */
     uint64_t cookie;
 };

@@ -92,6 +92,7 @@ void ring_unmap(struct ring_hdr *r)
 /* ---- client ------------------------------------------------------------- */
 
 static _Thread_local unsigned slot_hint;
+static _Thread_local uint64_t spin_budget = RING_PURE_SPIN_NS;
 
 static int claim_slot(struct ring_hdr *r, bool (*alive)(void *), void *ctx)
 {
@@ -140,20 +141,27 @@ int ring_call(struct ring_hdr *r, const struct ring_req *req, struct ring_rsp *r
         atomic_fetch_add(&r->bell, 1);
         futex_wake_shared(&r->bell, 1);
     }
-    /* spin first: a busy worker answers in well under a microsecond; after
-     * a few microseconds yield the core on every turn, since on a loaded
-     * machine the worker may be waiting for it */
-    uint64_t t0 = ring_now_ns(), waited = 0;
+    /* spin first, without giving up the core: a worker that has a core
+     * answers in well under a microsecond. How long adapts per thread:
+     * replies that came while spinning double the next spin (up to
+     * spin_ns), replies that needed the futex halve it, so on a loaded
+     * machine, where a spinning client only delays the worker it waits
+     * for, it goes to sleep almost at once. */
+    uint64_t budget = spin_budget < spin_ns ? spin_budget : spin_ns;
+    uint64_t t0 = ring_now_ns();
     unsigned n = 0;
     uint32_t st;
     while ((st = atomic_load_explicit(&s->state, memory_order_acquire)) != SLOT_DONE) {
-        if (waited > RING_PURE_SPIN_NS)
-            sched_yield();
-        else
-            cpu_relax();
-        if ((++n & 15) == 0 && (waited = ring_now_ns() - t0) > spin_ns)
+        cpu_relax();
+        if ((++n & 15) == 0 && ring_now_ns() - t0 > budget)
             break;
     }
+    if (st == SLOT_DONE)
+        spin_budget = spin_budget * 2 < RING_SPIN_MIN_NS ? RING_SPIN_MIN_NS : spin_budget * 2;
+    else
+        spin_budget /= 2;
+    if (spin_budget > spin_ns)
+        spin_budget = spin_ns;
     while (st != SLOT_DONE) {
         atomic_store(&s->waiting, 1);
         st = atomic_load(&s->state);

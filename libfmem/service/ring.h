@@ -18,7 +18,8 @@ int ring_map(int fd, struct ring_hdr **ring);
 void ring_unmap(struct ring_hdr *ring);
 
 /* Client: run one request; `alive(ctx)` is asked while waiting long (false:
- * the service is gone, FMEM_EIO). Spins `spin_ns` before sleeping. */
+ * the service is gone, FMEM_EIO). Spins at most `spin_ns` before sleeping
+ * (less while recent replies needed the sleep). */
 int ring_call(struct ring_hdr *r, const struct ring_req *req, struct ring_rsp *rsp,
               bool (*alive)(void *), void *ctx, uint64_t spin_ns);
 
@@ -42,7 +43,9 @@ void futex_wake_shared(_Atomic uint32_t *w, int n);
 
 uint64_t ring_now_ns(void);
 
-/* Busy-wait this long (pause instructions) before yielding the core. */
+/* A client's first spin for a reply, and the least it grows back from
+ * after a reply it caught while spinning (ring_call adapts it). */
 #define RING_PURE_SPIN_NS 4000
+#define RING_SPIN_MIN_NS 250
 
 #endif
