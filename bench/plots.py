@@ -10,6 +10,8 @@ DATADIR (default docs/data) holds what bench/collect.sh wrote; IMGDIR
                       fmem and its baselines against client threads
   region-cache.png    fmem-regionbench: scan throughput against the local
                       cache size, sequential and random, with local memory
+                      and (--vs-swap) Linux swapping to zram with the same
+                      local memory
   runtime-ratios.png  numpy, pymalloc arenas, Lua and the LD_PRELOAD
                       interposer: speed against the same program on plain
                       memory (1 = as fast; Lua: fmem-lua with glibc
@@ -90,24 +92,35 @@ def plot_alloc(data_dir, out, note):
 
 def plot_region(data_dir, out, note):
     rows = load_lines(os.path.join(data_dir, "region.jsonl"))
+    # fmem-regionbench --json names its own machine and load (it may be
+    # collected apart from the other benchmarks)
+    m = next((r for r in rows if r.get("workload") == "machine"), None)
+    if m:
+        note = (f"{m['cores']} vCPU VM, kernel {m['kernel']}, load average {m['load_before']}"
+                f" before, {m['load_after']} after")
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for pattern, color in (("seq", "tab:blue"), ("rand", "tab:red")):
-        pts = sorted((r["cache_pct"], r["gbytes_per_s"], r["local_gbytes_per_s"]) for r in rows
-                     if r.get("pattern") == pattern)
-        if not pts:
-            continue
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
-                label=f"region, {pattern}")
-        local = max(p[2] for p in pts)
-        ax.axhline(local, color=color, linestyle="--", alpha=0.6,
-                   label=f"local memory, {pattern} ({local:.1f} GB/s)")
-    size = rows[0]["size"] >> 20 if rows else 0
+        for workload, style, what in (("region", "-", "fmem region"),
+                                      ("region-swap", ":", "kernel swap (zram, lz4)")):
+            pts = sorted((r["cache_pct"], r["gbytes_per_s"]) for r in rows
+                         if r.get("pattern") == pattern and r.get("workload") == workload)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if style == "-"
+                        else "x", linestyle=style, color=color, label=f"{what}, {pattern}")
+        local = [r["local_gbytes_per_s"] for r in rows
+                 if r.get("pattern") == pattern and "local_gbytes_per_s" in r]
+        if local:
+            ax.axhline(max(local), color=color, linestyle="--", alpha=0.5,
+                       label=f"local memory, {pattern} ({max(local):.1f} GB/s)")
+    sizes = [r["size"] for r in rows if "size" in r]
+    size = sizes[0] >> 20 if sizes else 0
     ax.set_yscale("log")
-    ax.set_xlabel("local cache (% of the region)")
+    ax.set_xlabel("local memory (% of the data)")
     ax.set_ylabel("scan throughput (GB/s)")
-    ax.set_title(f"far-memory region of {size} MiB: throughput against cache size")
+    ax.set_title(f"{size} MiB scanned: fmem region and kernel swap against local memory",
+                 fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     save(fig, out, "region-cache.png", note)
 
 

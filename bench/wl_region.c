@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fmem.h"
 #include "fmem_far.h"
@@ -198,8 +200,22 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
     return fmem_region_destroy(r);
 }
 
+/* The load average's first three fields. */
+static void loadavg(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+    if (!f || fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3)
+        a = b = c = -1;
+    if (f)
+        fclose(f);
+    snprintf(out, cap, "%.2f %.2f %.2f", a, b, c);
+}
+
 int fmem_bench_region(int argc, char **argv)
 {
+    char load0[64], load1[64];
+    loadavg(load0, sizeof load0);
     struct rb_opts o;
     if (parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: %s [--cache-pct 100,50,25] [--size BYTES] [--seconds S] "
@@ -244,6 +260,12 @@ int fmem_bench_region(int argc, char **argv)
     }
     if (o.vs_swap)
         rb_swap_done();
+    loadavg(load1, sizeof load1);
+    struct utsname u;
+    if (o.json && uname(&u) == 0) /* where and under what load this ran */
+        printf("{\"workload\":\"machine\",\"cores\":%ld,\"kernel\":\"%s\","
+               "\"load_before\":\"%s\",\"load_after\":\"%s\"}\n",
+               sysconf(_SC_NPROCESSORS_ONLN), u.release, load0, load1);
     free(local);
     free(order);
     fmem_close(pool);
