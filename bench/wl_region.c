@@ -147,8 +147,11 @@ void rb_fill(char *mem, size_t size)
         *(uint64_t *)(mem + i) = i * 0x9e3779b97f4a7c15ull;
 }
 
+/* The region scans at pct % cache. Each is preceded by the same scan over
+ * local memory, so that the ratio compares two runs under the same load;
+ * local[p] gets that figure, out[p] the region's. */
 static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const uint32_t *order,
-                     const double local[2], double out[2])
+                     const char *local_mem, double local[2], double out[2])
 {
     fmem_region_config c = {.size = o->size, .cache_bytes = o->size / 100 * (size_t)pct,
                             .fetch_unit = o->unit};
@@ -164,16 +167,21 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
     for (int p = 0; p < 2; p++) {
         if (!(p ? o->rand : o->seq))
             continue;
+        const uint32_t *ord = p ? order : NULL;
+        double lc = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        local[p] = rb_scan(local_mem, o->size / BLOCK, ord, o->seconds);
+        lc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - lc;
         fmem_region_stats_t a, b;
         fmem_region_stats(r, &a);
         /* CPU time of the whole process (scan, fault handler, writer): what
          * the paging costs regardless of how busy the machine is */
         double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-        double g = rb_scan(mem, o->size / BLOCK, p ? order : NULL, o->seconds);
+        double g = rb_scan(mem, o->size / BLOCK, ord, o->seconds);
         double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         fmem_region_stats(r, &b);
         uint64_t faults = b.faults - a.faults;
-        double cpu_us_fault = faults ? (cpu - o->seconds * g / local[p]) * 1e6 / (double)faults : 0;
+        /* beyond the scan itself: the local scan's CPU time per byte */
+        double cpu_us_fault = faults ? (cpu - lc * g / local[p]) * 1e6 / (double)faults : 0;
         const char *name = p ? "rand" : "seq";
         double ratio = g / local[p];
         out[p] = g;
@@ -190,9 +198,9 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
                    (unsigned long long)(b.evictions - a.evictions),
                    (unsigned long long)(b.writebacks - a.writebacks), cpu, cpu_us_fault);
         fprintf(o->json ? stderr : stdout,
-                "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local  (faults %llu, fetched %llu, "
-                "read ahead %llu, evicted %llu, %.1f us CPU/fault)\n",
-                name, pct, g, ratio, (unsigned long long)(b.faults - a.faults),
+                "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local (%.3f GB/s)  (faults %llu, "
+                "fetched %llu, read ahead %llu, evicted %llu, %.1f us CPU/fault)\n",
+                name, pct, g, ratio, local[p], (unsigned long long)(b.faults - a.faults),
                 (unsigned long long)(b.fetches - a.fetches),
                 (unsigned long long)(b.prefetches - a.prefetches),
                 (unsigned long long)(b.evictions - a.evictions), cpu_us_fault);
@@ -248,13 +256,11 @@ int fmem_bench_region(int argc, char **argv)
         order[j] = t;
     }
     rb_fill(local, o.size);
-    double base[2] = {rb_scan(local, nblocks, NULL, o.seconds),
-                      rb_scan(local, nblocks, order, o.seconds)};
-    fprintf(o.json ? stderr : stdout, "local: seq %.3f GB/s, rand %.3f GB/s (%zu MiB, unit %zu KiB)\n",
-            base[0], base[1], o.size >> 20, o.unit >> 10);
+    fprintf(o.json ? stderr : stdout, "%zu MiB scanned in 4 KiB blocks, unit %zu KiB; each "
+            "figure against local memory scanned just before it\n", o.size >> 20, o.unit >> 10);
     for (int i = 0; i < o.npcts && rc == 0; i++) {
-        double g[2] = {0, 0};
-        rc = run_cache(pool, &o, o.pcts[i], order, base, g);
+        double g[2] = {0, 0}, base[2] = {0, 0};
+        rc = run_cache(pool, &o, o.pcts[i], order, local, base, g);
         if (rc == 0 && o.vs_swap)
             rc = rb_swap_run(&o, o.pcts[i], order, base, g);
     }

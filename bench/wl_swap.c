@@ -146,7 +146,9 @@ int rb_swap_run(const struct rb_opts *o, int pct, const uint32_t *order, const d
 {
     if (!swap_setup(2 * o->size))
         return 0;
-    size_t limit = o->size / 100 * (size_t)pct;
+    /* the region's cache, plus what the child holds besides the data: its
+     * page tables (8 B per 4 KiB) and a little stack and libc */
+    size_t limit = o->size / 100 * (size_t)pct + o->size / 512 + ((size_t)1 << 20);
     char dir[600];
     if (make_cgroup(dir, sizeof dir, limit) != 0) {
         fprintf(stderr, "--vs-swap: no memory cgroup (%s); skipped\n", strerror(errno));
