@@ -214,3 +214,24 @@ Test(region_readahead, random_faults_read_nothing_ahead)
                  (unsigned long long)ahead);
     fmem_region_destroy(r);
 }
+
+/* A writing scan over memory never written before reads ahead past what it
+ * writes; that read-ahead must not take pool space: releasing what was
+ * written gives every chunk back. */
+Test(region_readahead, writing_readahead_allocates_nothing_unwritten)
+{
+    size_t size = 16 << 20, written = 2 << 20;
+    fmem_region *r = make(size, 4 << 20, 16 << 10);
+    unsigned char *m = fmem_region_base(r);
+    fill(m, 0, written);
+    fmem_region_stats_t st;
+    cr_assert_eq(fmem_region_stats(r, &st), 0);
+    /* zero units read ahead count as zero fills */
+    cr_assert_gt(st.zero_fills, written / (16 << 10), "the scan was read ahead past its end");
+    cr_assert_eq(fmem_region_release(r, 0, written), 0);
+    fmem_stats_t ps;
+    cr_assert_eq(fmem_stats(pool, &ps), 0);
+    cr_assert_eq(ps.allocated_bytes, 0, "%llu bytes of pool held for units never written",
+                 (unsigned long long)ps.allocated_bytes);
+    fmem_region_destroy(r);
+}

@@ -85,6 +85,8 @@ static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
             for (unsigned p = 0; p < r->pages_per_unit; p++)
                 if (pages >> p & 1)
                     memset(b + (size_t)p * UFFD_PAGE, 0, UFFD_PAGE);
+            if (full)
+                r->inst.released |= (uint64_t)1 << i;
         }
         if (full)
             remote_drop(r, u);
@@ -251,8 +253,17 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
             break;
         }
     }
-    r->inst.active = 0;
-    r->inst.src = NULL;
+    /* a unit mapped writable but released whole meanwhile holds zeros
+     * and has no chunk any more: protect it and keep it clean rather than
+     * take pool space for it (more releases may come in while we do) */
+    for (uint64_t done = 0, todo; dirty && (todo = r->inst.released & ~done) != 0;) {
+        unsigned i = (unsigned)__builtin_ctzll(todo);
+        while (uffd_wp(r->uffd, unit_addr(r, first + i), r->unit, 1) == -EAGAIN)
+            let_events_through(r);
+        done |= (uint64_t)1 << i;
+    }
+    uint64_t released = r->inst.released;
+    r->inst = (struct install_ctx){0};
     pthread_mutex_lock(&r->lock);
     for (uint32_t u = first; u < first + n; u++) {
         struct region_unit *un = &r->units[u];
@@ -260,7 +271,7 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         un->present = full_mask(r);
         un->zeroed = 0;
         un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
-        if (dirty) {
+        if (dirty && !(released >> (u - first) & 1)) {
             un->flags |= UF_DIRTY | UF_REF;
             (void)remote_ref(r, u); /* on failure the writer tries again */
         }
@@ -280,8 +291,9 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
  * on while the rest comes: it faults again only at the window's end, or
  * on a unit the stream has not reached yet (then it is served on demand
  * and the stream goes on after it). Other faults leave an open window be.
- * A window opened by a write fault is mapped writable and dirty: a scan
- * that writes would otherwise take a write-protect fault on every unit. */
+ * A window opened by a write fault maps the units that have pool space
+ * writable and dirty: a scan that rewrites data would otherwise take a
+ * write-protect fault on every unit. */
 static void readahead_note(struct fmem_region *r, uint32_t u, int write)
 {
     if (r->prefetch == 0)
@@ -324,9 +336,13 @@ static int readahead_step(struct fmem_region *r)
     pthread_mutex_lock(&r->lock);
     while (first < r->ra_end && r->units[first].state != UNIT_ABSENT)
         first++;
+    /* a writing stream maps dirty only units that have their chunk: a
+     * dirty unit needs pool space, and read-ahead must not allocate it for
+     * units the program may never write (a run is all one or the other) */
+    int dirty = r->ra_write && first < r->ra_end && (r->units[first].flags & UF_WRITTEN);
     for (; n < r->buf_units && first + n < r->ra_end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (vn->state != UNIT_ABSENT)
+        if (vn->state != UNIT_ABSENT || (r->ra_write && !!(vn->flags & UF_WRITTEN) != dirty))
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);
@@ -339,7 +355,7 @@ static int readahead_step(struct fmem_region *r)
     pthread_mutex_unlock(&r->lock);
     r->ra_next = first + n;
     if (n)
-        install_run(r, first, n, remote, r->ra_write, 0);
+        install_run(r, first, n, remote, dirty, 0);
     if (r->ra_next >= r->ra_end) {
         r->ra_next = r->ra_end = NO_UNIT;
         return 0;

@@ -79,6 +79,8 @@ struct install_ctx {
     int active;
     uint32_t first, n;
     const char **src;
+    uint64_t released; /* bit i: unit first+i was released whole meanwhile
+                        * (n <= 64: a run is one read-ahead step) */
 };
 
 struct region_counters {
