@@ -34,8 +34,8 @@ step "fmem-bench: churn, fmem / free-array / rpc, 1..64 threads"
 step "fmem-bench: service (fmemd) against embedded"
 "$b/fmem-bench" --workload ipc --seconds 2 --json >"$out/ipc.jsonl.tmp" 2>/dev/null &&
     mv "$out/ipc.jsonl.tmp" "$out/ipc.jsonl" || skipped="$skipped fmem-bench-ipc"
-step "fmem-regionbench: cache 100..10 %"
-"$b/fmem-regionbench" --cache-pct 100,75,50,25,10 --size 64M --seconds "$secs" --json \
+step "fmem-regionbench: cache 100..10 %, kernel swap alongside (root only)"
+"$b/fmem-regionbench" --cache-pct 100,75,50,25,10 --size 256M --seconds "$secs" --json --vs-swap \
     >"$out/region.jsonl.tmp" && mv "$out/region.jsonl.tmp" "$out/region.jsonl" ||
     skipped="$skipped fmem-regionbench"
 step "fmem-mallocbench: glibc, mimalloc, fmem"

@@ -8,8 +8,10 @@ DATADIR (default docs/data) holds what bench/collect.sh wrote; IMGDIR
 
   alloc-threads.png   fmem-bench churn: allocations/s and p99 latency of
                       fmem and its baselines against client threads
-  region-cache.png    fmem-regionbench: scan throughput against the local
-                      cache size, sequential and random, with local memory
+  region-cache.png    fmem-regionbench: scan throughput as a ratio to local
+                      memory against the local cache size, sequential and
+                      random, and (--vs-swap) Linux swapping to zram with
+                      the same local memory
   runtime-ratios.png  numpy, pymalloc arenas, Lua and the LD_PRELOAD
                       interposer: speed against the same program on plain
                       memory (1 = as fast; Lua: fmem-lua with glibc
@@ -90,24 +92,33 @@ def plot_alloc(data_dir, out, note):
 
 def plot_region(data_dir, out, note):
     rows = load_lines(os.path.join(data_dir, "region.jsonl"))
+    # fmem-regionbench --json names its own machine and load (it may be
+    # collected apart from the other benchmarks)
+    m = next((r for r in rows if r.get("workload") == "machine"), None)
+    if m:
+        note = (f"{m['cores']} vCPU VM, kernel {m['kernel']}, load average {m['load_before']}"
+                f" before, {m['load_after']} after")
     fig, ax = plt.subplots(figsize=(6.5, 4))
+    # ratios: each figure is against a local scan run just before it (the
+    # machine's load moves the absolute figures)
     for pattern, color in (("seq", "tab:blue"), ("rand", "tab:red")):
-        pts = sorted((r["cache_pct"], r["gbytes_per_s"], r["local_gbytes_per_s"]) for r in rows
-                     if r.get("pattern") == pattern)
-        if not pts:
-            continue
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
-                label=f"region, {pattern}")
-        local = max(p[2] for p in pts)
-        ax.axhline(local, color=color, linestyle="--", alpha=0.6,
-                   label=f"local memory, {pattern} ({local:.1f} GB/s)")
-    size = rows[0]["size"] >> 20 if rows else 0
+        for workload, style, what in (("region", "-", "fmem region"),
+                                      ("region-swap", ":", "kernel swap (zram, lz4)")):
+            pts = sorted((r["cache_pct"], r["ratio_vs_local"]) for r in rows
+                         if r.get("pattern") == pattern and r.get("workload") == workload)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if style == "-"
+                        else "x", linestyle=style, color=color, label=f"{what}, {pattern}")
+    ax.axhline(1.0, color="black", linewidth=0.8, label="local memory")
+    sizes = [r["size"] for r in rows if "size" in r]
+    size = sizes[0] >> 20 if sizes else 0
     ax.set_yscale("log")
-    ax.set_xlabel("local cache (% of the region)")
-    ax.set_ylabel("scan throughput (GB/s)")
-    ax.set_title(f"far-memory region of {size} MiB: throughput against cache size")
+    ax.set_xlabel("local memory (% of the data)")
+    ax.set_ylabel("scan throughput / local memory's")
+    ax.set_title(f"{size} MiB scanned in 4 KiB blocks: fmem region and kernel swap",
+                 fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     save(fig, out, "region-cache.png", note)
 
 

@@ -11,6 +11,10 @@
  *     --patterns seq,rand     which scans
  *     --pool URI              pool to use (default: an in-process one)
  *     --json                  one JSON object per line on stdout
+ *     --vs-swap               also run each scan under Linux's own paging
+ *                             (root only): plain memory in a memory cgroup
+ *                             limited to the same cache size, swapping to
+ *                             zram (lz4), see wl_swap.c
  * Built standalone as bench/fmem-regionbench (FMEM_REGIONBENCH_MAIN). */
 #include <errno.h>
 #include <getopt.h>
@@ -18,24 +22,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fmem.h"
 #include "fmem_far.h"
+#include "wl_region.h"
 
 int fmem_bench_region(int argc, char **argv);
 
 #define BLOCK 4096
 
-struct rb_opts {
-    size_t size, unit;
-    double seconds;
-    int pcts[8], npcts;
-    int seq, rand, json;
-    const char *pool;
-};
-
-static double clock_s(clockid_t id)
+double clock_s(clockid_t id)
 {
     struct timespec ts;
     clock_gettime(id, &ts);
@@ -64,12 +63,13 @@ static int parse_opts(int argc, char **argv, struct rb_opts *o)
 {
     *o = (struct rb_opts){.size = 64 << 20, .unit = 16 << 10, .seconds = 1.0,
                           .pcts = {100, 50, 25}, .npcts = 3, .seq = 1, .rand = 1};
-    enum { O_PCT = 1, O_SIZE, O_SEC, O_UNIT, O_PAT, O_POOL, O_JSON, O_HELP };
+    enum { O_PCT = 1, O_SIZE, O_SEC, O_UNIT, O_PAT, O_POOL, O_JSON, O_SWAP, O_HELP };
     static const struct option lo[] = {
         {"cache-pct", required_argument, NULL, O_PCT}, {"size", required_argument, NULL, O_SIZE},
         {"seconds", required_argument, NULL, O_SEC},   {"unit", required_argument, NULL, O_UNIT},
         {"patterns", required_argument, NULL, O_PAT},  {"pool", required_argument, NULL, O_POOL},
         {"json", no_argument, NULL, O_JSON},           {"help", no_argument, NULL, O_HELP},
+        {"vs-swap", no_argument, NULL, O_SWAP},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -94,6 +94,7 @@ static int parse_opts(int argc, char **argv, struct rb_opts *o)
             break;
         case O_POOL: o->pool = optarg; break;
         case O_JSON: o->json = 1; break;
+        case O_SWAP: o->vs_swap = 1; break;
         default: return -1;
         }
     }
@@ -122,7 +123,7 @@ static uint64_t sum_block(const uint64_t *b)
 }
 
 /* Scan blocks of mem in `order` (NULL: sequential) for `seconds`; GB/s. */
-static double scan(const char *mem, size_t nblocks, const uint32_t *order, double seconds)
+double rb_scan(const char *mem, size_t nblocks, const uint32_t *order, double seconds)
 {
     uint64_t s = 0, blocks = 0;
     size_t pos = 0;
@@ -140,14 +141,17 @@ static double scan(const char *mem, size_t nblocks, const uint32_t *order, doubl
     return (double)blocks * BLOCK / t / 1e9;
 }
 
-static void fill(char *mem, size_t size)
+void rb_fill(char *mem, size_t size)
 {
     for (size_t i = 0; i < size; i += 8)
         *(uint64_t *)(mem + i) = i * 0x9e3779b97f4a7c15ull;
 }
 
+/* The region scans at pct % cache. Each is preceded by the same scan over
+ * local memory, so that the ratio compares two runs under the same load;
+ * local[p] gets that figure, out[p] the region's. */
 static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const uint32_t *order,
-                     const double local[2])
+                     const char *local_mem, double local[2], double out[2])
 {
     fmem_region_config c = {.size = o->size, .cache_bytes = o->size / 100 * (size_t)pct,
                             .fetch_unit = o->unit};
@@ -158,23 +162,29 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
         return rc;
     }
     char *mem = fmem_region_base(r);
-    fill(mem, o->size);
+    rb_fill(mem, o->size);
     fmem_region_flush(r);
     for (int p = 0; p < 2; p++) {
         if (!(p ? o->rand : o->seq))
             continue;
+        const uint32_t *ord = p ? order : NULL;
+        double lc = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        local[p] = rb_scan(local_mem, o->size / BLOCK, ord, o->seconds);
+        lc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - lc;
         fmem_region_stats_t a, b;
         fmem_region_stats(r, &a);
         /* CPU time of the whole process (scan, fault handler, writer): what
          * the paging costs regardless of how busy the machine is */
         double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-        double g = scan(mem, o->size / BLOCK, p ? order : NULL, o->seconds);
+        double g = rb_scan(mem, o->size / BLOCK, ord, o->seconds);
         double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         fmem_region_stats(r, &b);
         uint64_t faults = b.faults - a.faults;
-        double cpu_us_fault = faults ? (cpu - o->seconds * g / local[p]) * 1e6 / (double)faults : 0;
+        /* beyond the scan itself: the local scan's CPU time per byte */
+        double cpu_us_fault = faults ? (cpu - lc * g / local[p]) * 1e6 / (double)faults : 0;
         const char *name = p ? "rand" : "seq";
         double ratio = g / local[p];
+        out[p] = g;
         if (o->json)
             printf("{\"workload\":\"region\",\"pattern\":\"%s\",\"cache_pct\":%d,"
                    "\"gbytes_per_s\":%.4g,\"ratio_vs_local\":%.4g,\"local_gbytes_per_s\":%.4g,"
@@ -188,9 +198,9 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
                    (unsigned long long)(b.evictions - a.evictions),
                    (unsigned long long)(b.writebacks - a.writebacks), cpu, cpu_us_fault);
         fprintf(o->json ? stderr : stdout,
-                "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local  (faults %llu, fetched %llu, "
-                "read ahead %llu, evicted %llu, %.1f us CPU/fault)\n",
-                name, pct, g, ratio, (unsigned long long)(b.faults - a.faults),
+                "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local (%.3f GB/s)  (faults %llu, "
+                "fetched %llu, read ahead %llu, evicted %llu, %.1f us CPU/fault)\n",
+                name, pct, g, ratio, local[p], (unsigned long long)(b.faults - a.faults),
                 (unsigned long long)(b.fetches - a.fetches),
                 (unsigned long long)(b.prefetches - a.prefetches),
                 (unsigned long long)(b.evictions - a.evictions), cpu_us_fault);
@@ -198,12 +208,26 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
     return fmem_region_destroy(r);
 }
 
+/* The load average's first three fields. */
+static void loadavg(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+    if (!f || fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3)
+        a = b = c = -1;
+    if (f)
+        fclose(f);
+    snprintf(out, cap, "%.2f %.2f %.2f", a, b, c);
+}
+
 int fmem_bench_region(int argc, char **argv)
 {
+    char load0[64], load1[64];
+    loadavg(load0, sizeof load0);
     struct rb_opts o;
     if (parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: %s [--cache-pct 100,50,25] [--size BYTES] [--seconds S] "
-                        "[--unit BYTES] [--patterns seq,rand] [--pool URI] [--json]\n",
+                        "[--unit BYTES] [--patterns seq,rand] [--pool URI] [--json] [--vs-swap]\n",
                 argv[0]);
         return 2;
     }
@@ -231,12 +255,23 @@ int fmem_bench_region(int argc, char **argv)
         order[i] = order[j];
         order[j] = t;
     }
-    fill(local, o.size);
-    double base[2] = {scan(local, nblocks, NULL, o.seconds), scan(local, nblocks, order, o.seconds)};
-    fprintf(o.json ? stderr : stdout, "local: seq %.3f GB/s, rand %.3f GB/s (%zu MiB, unit %zu KiB)\n",
-            base[0], base[1], o.size >> 20, o.unit >> 10);
-    for (int i = 0; i < o.npcts && rc == 0; i++)
-        rc = run_cache(pool, &o, o.pcts[i], order, base);
+    rb_fill(local, o.size);
+    fprintf(o.json ? stderr : stdout, "%zu MiB scanned in 4 KiB blocks, unit %zu KiB; each "
+            "figure against local memory scanned just before it\n", o.size >> 20, o.unit >> 10);
+    for (int i = 0; i < o.npcts && rc == 0; i++) {
+        double g[2] = {0, 0}, base[2] = {0, 0};
+        rc = run_cache(pool, &o, o.pcts[i], order, local, base, g);
+        if (rc == 0 && o.vs_swap)
+            rc = rb_swap_run(&o, o.pcts[i], order, base, g);
+    }
+    if (o.vs_swap)
+        rb_swap_done();
+    loadavg(load1, sizeof load1);
+    struct utsname u;
+    if (o.json && uname(&u) == 0) /* where and under what load this ran */
+        printf("{\"workload\":\"machine\",\"cores\":%ld,\"kernel\":\"%s\","
+               "\"load_before\":\"%s\",\"load_after\":\"%s\"}\n",
+               sysconf(_SC_NPROCESSORS_ONLN), u.release, load0, load1);
     free(local);
     free(order);
     fmem_close(pool);

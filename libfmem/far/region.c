@@ -14,8 +14,8 @@
 
 #define MAX_REGION_BYTES ((size_t)1 << 46)
 #define CHUNK_MIN ((size_t)64 * 1024)
-#define PREFETCH_BYTES ((size_t)256 * 1024)
-#define MAX_WINDOW_BYTES ((size_t)4 << 20)
+#define PREFETCH_BYTES ((size_t)4 << 20) /* default read-ahead window */
+#define STEP_BYTES ((size_t)128 * 1024)   /* mapped per read-ahead step */
 
 static unsigned log2z(size_t v)
 {
@@ -75,7 +75,7 @@ static int init_tables(struct fmem_region *r)
     r->chunks = calloc(r->nchunks, sizeof *r->chunks);
     r->ring = malloc(r->cap * sizeof *r->ring);
     r->free_slots = malloc(r->cap * sizeof *r->free_slots);
-    r->buf_units = r->prefetch > 1 ? r->prefetch : 1;
+    r->buf_units = r->unit >= STEP_BYTES ? 1 : (uint32_t)(STEP_BYTES / r->unit);
     r->buf = aligned_alloc(UFFD_PAGE, (size_t)r->buf_units * r->unit);
     if (!r->units || !r->chunks || !r->ring || !r->free_slots || !r->buf)
         return FMEM_ENOMEM;
@@ -197,9 +197,8 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
                                                             : (unsigned)(PREFETCH_BYTES / unit);
     if (r->prefetch > r->cap / 4)
         r->prefetch = r->cap / 4;
-    if (r->prefetch > MAX_WINDOW_BYTES / unit) /* the staging buffer */
-        r->prefetch = (unsigned)(MAX_WINDOW_BYTES / unit);
-    r->seq_next = NO_UNIT;
+    r->seq_next = r->ra_next = r->ra_end = NO_UNIT;
+    r->direct = 1; /* until fmem_map says otherwise */
     if ((rc = region_init_sync(r)) != 0) {
         free(r);
         return rc;

@@ -76,10 +76,17 @@ static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
     switch (un->state) {
     case UNIT_ABSENT:
         if (r->inst.active && u - r->inst.first < r->inst.n) { /* being mapped */
-            char *b = r->buf + ((size_t)(u - r->inst.first) << r->unit_shift);
+            uint32_t i = u - r->inst.first;
+            char *b = r->buf + ((size_t)i << r->unit_shift);
+            if (r->inst.src[i] != b) { /* stage it: the pool copy may go */
+                memcpy(b, r->inst.src[i], r->unit);
+                r->inst.src[i] = b;
+            }
             for (unsigned p = 0; p < r->pages_per_unit; p++)
                 if (pages >> p & 1)
                     memset(b + (size_t)p * UFFD_PAGE, 0, UFFD_PAGE);
+            if (full)
+                r->inst.released |= (uint64_t)1 << i;
         }
         if (full)
             remote_drop(r, u);
@@ -170,38 +177,71 @@ static void let_events_through(struct fmem_region *r)
         sched_yield();
 }
 
-/* Map the run of units [first, first+n) (ABSENT, slots taken) with one
- * UFFDIO_COPY: units with pool data are read into the staging buffer,
- * the others are zeros. `remote[i]`: unit first+i has pool data; `dirty`:
- * the fault was a write, map writable and dirty (n == 1); `demand`: a
- * fault asked for it (else read-ahead). */
+/* Where unit u's pool data can be read in place (shared-memory pools), or
+ * NULL. */
+static const char *pool_bytes(struct fmem_region *r, uint32_t u)
+{
+    if (!r->direct)
+        return NULL;
+    uint64_t off;
+    fmem_handle h = remote_handle(r, u, &off);
+    void *p;
+    if (fmem_map(r->pool, &h, &p) != 0) {
+        r->direct = 0; /* not this transport: fetch with fmem_read */
+        return NULL;
+    }
+    return (const char *)p + off;
+}
+
+/* Map the run of units [first, first+n) (ABSENT, slots taken): units with
+ * pool data are copied straight from the pool's memory where the transport
+ * allows it, else read into the staging buffer first; the others map the
+ * zero page. Sources that follow each other in memory go in one
+ * UFFDIO_COPY. `remote[i]`: unit first+i has pool data; `dirty`: map
+ * writable and dirty (a write fault or a writing scan); `demand`: a
+ * fault asked for
+ * it (else read-ahead). */
 static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const uint8_t *remote,
                         int dirty, int demand)
 {
-    r->inst = (struct install_ctx){.active = 1, .first = first, .n = n};
+    const char *src[n];
     for (uint32_t i = 0; i < n; i++) {
         char *b = r->buf + ((size_t)i << r->unit_shift);
         if (!remote[i]) { /* never written back: zeros */
-            memset(b, 0, r->unit);
+            src[i] = region_zero_page;
             stat_add(&r->st.zero_fills, 1);
             continue;
         }
+        stat_add(demand ? &r->st.fetches : &r->st.prefetches, 1);
+        if ((src[i] = pool_bytes(r, first + i)) != NULL) {
+            stat_add(&r->st.bytes_fetched, r->unit);
+            continue;
+        }
+        src[i] = b;
         int rc = remote_fetch(r, first + i, b);
         if (rc) {
             report("reading a unit from the pool", rc);
             memset(b, 0, r->unit);
         }
-        stat_add(demand ? &r->st.fetches : &r->st.prefetches, 1);
     }
+    r->inst = (struct install_ctx){.active = 1, .first = first, .n = n, .src = src};
     char *dst = unit_addr(r, first);
     size_t done = 0, total = (size_t)n << r->unit_shift;
     int existed = 0;
     while (done < total) {
+        /* the longest stretch from `done` whose sources are contiguous */
+        uint32_t i = (uint32_t)(done >> r->unit_shift);
+        size_t in = done & (r->unit - 1), len = r->unit - in;
+        const char *from = src[i] + in;
+        while (i + 1 < n && src[i + 1] == src[i] + r->unit && src[i] != region_zero_page) {
+            len += r->unit;
+            i++;
+        }
         size_t got;
-        int rc = uffd_copy(r->uffd, dst + done, r->buf + done, total - done, !dirty, 0, &got);
+        int rc = uffd_copy(r->uffd, dst + done, from, len, !dirty, 0, &got);
         done += got;
         if (rc == 0)
-            break;
+            continue;
         if (rc == -EEXIST) { /* a stray page, see release_unit: keep it */
             done += UFFD_PAGE;
             existed = 1;
@@ -213,7 +253,17 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
             break;
         }
     }
-    r->inst.active = 0;
+    /* a unit mapped writable but released whole meanwhile holds zeros
+     * and has no chunk any more: protect it and keep it clean rather than
+     * take pool space for it (more releases may come in while we do) */
+    for (uint64_t done = 0, todo; dirty && (todo = r->inst.released & ~done) != 0;) {
+        unsigned i = (unsigned)__builtin_ctzll(todo);
+        while (uffd_wp(r->uffd, unit_addr(r, first + i), r->unit, 1) == -EAGAIN)
+            let_events_through(r);
+        done |= (uint64_t)1 << i;
+    }
+    uint64_t released = r->inst.released;
+    r->inst = (struct install_ctx){0};
     pthread_mutex_lock(&r->lock);
     for (uint32_t u = first; u < first + n; u++) {
         struct region_unit *un = &r->units[u];
@@ -221,7 +271,7 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         un->present = full_mask(r);
         un->zeroed = 0;
         un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
-        if (dirty) {
+        if (dirty && !(released >> (u - first) & 1)) {
             un->flags |= UF_DIRTY | UF_REF;
             (void)remote_ref(r, u); /* on failure the writer tries again */
         }
@@ -233,36 +283,84 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         uffd_wake(r->uffd, dst, total);
 }
 
-/* Sequential faults (each on the unit after the previous run) read ahead a
- * window that doubles up to r->prefetch units, into free slots only, as
- * one run. */
-static void prefetch_after(struct fmem_region *r, uint32_t u)
+/* Read-ahead. A demand fault on the unit a sequential scan reaches next
+ * (the end of the previous window) opens a window of units after it that
+ * doubles per such fault up to r->prefetch units. The window is mapped
+ * in steps of r->buf_units between the handler's other work, demand faults
+ * first, so the program is woken as soon as the first step is in and runs
+ * on while the rest comes: it faults again only at the window's end, or
+ * on a unit the stream has not reached yet (then it is served on demand
+ * and the stream goes on after it). Other faults leave an open window be.
+ * A window opened by a write fault maps the units that have pool space
+ * writable and dirty: a scan that rewrites data would otherwise take a
+ * write-protect fault on every unit. */
+static void readahead_note(struct fmem_region *r, uint32_t u, int write)
 {
-    if (u == r->seq_next)
-        r->seq_run++;
-    else
-        r->seq_run = 0;
-    r->seq_next = u + 1;
-    if (r->prefetch == 0 || r->seq_run == 0)
+    if (r->prefetch == 0)
         return;
-    unsigned w = r->seq_run >= 16 ? r->prefetch : 1u << r->seq_run;
+    if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end) {
+        r->ra_next = u + 1; /* the program caught up with the stream */
+        return;
+    }
+    if (u != r->seq_next) {
+        if (r->ra_next == NO_UNIT) { /* not a scan (yet) */
+            r->seq_run = 0;
+            r->seq_next = u + 1;
+        }
+        return;
+    }
+    if (r->seq_run < 31)
+        r->seq_run++;
+    uint64_t w = (uint64_t)2 << r->seq_run;
     if (w > r->prefetch)
         w = r->prefetch;
-    uint8_t remote[w];
-    uint32_t n = 0;
+    uint64_t end = (uint64_t)u + 1 + w;
+    if (end > r->nunits)
+        end = r->nunits;
+    r->ra_next = u + 1;
+    r->ra_end = (uint32_t)end;
+    r->ra_write = write;
+    r->seq_next = r->ra_end;
+    if (r->ra_next >= r->ra_end)
+        r->ra_next = r->ra_end = NO_UNIT;
+}
+
+/* Map the next step of the read-ahead window into free slots. Returns 1
+ * while the window has more to map and slots are free for it. */
+static int readahead_step(struct fmem_region *r)
+{
+    if (r->ra_next == NO_UNIT)
+        return 0;
+    uint8_t remote[r->buf_units];
+    uint32_t first = r->ra_next, n = 0;
     pthread_mutex_lock(&r->lock);
-    for (; n < w && u + 1 + n < r->nunits; n++) {
-        struct region_unit *vn = &r->units[u + 1 + n];
-        if (vn->state != UNIT_ABSENT || r->nfree <= 1)
+    while (first < r->ra_end && r->units[first].state != UNIT_ABSENT)
+        first++;
+    /* a writing stream maps dirty only units that have their chunk: a
+     * dirty unit needs pool space, and read-ahead must not allocate it for
+     * units the program may never write (a run is all one or the other) */
+    int dirty = r->ra_write && first < r->ra_end && (r->units[first].flags & UF_WRITTEN);
+    for (; n < r->buf_units && first + n < r->ra_end && r->nfree > 1; n++) {
+        struct region_unit *vn = &r->units[first + n];
+        if (vn->state != UNIT_ABSENT || (r->ra_write && !!(vn->flags & UF_WRITTEN) != dirty))
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
-        cache_take_slot(r, u + 1 + n);
+        cache_take_slot(r, first + n);
+    }
+    int waiting = n == 0 && first < r->ra_end;
+    if (waiting) { /* no free slot: the writer wakes us when it made some */
+        r->space_wanted = 1;
+        region_kick_writer(r);
     }
     pthread_mutex_unlock(&r->lock);
-    if (n == 0)
-        return;
-    install_run(r, u + 1, n, remote, 0, 0);
-    r->seq_next = u + 1 + n;
+    r->ra_next = first + n;
+    if (n)
+        install_run(r, first, n, remote, dirty, 0);
+    if (r->ra_next >= r->ra_end) {
+        r->ra_next = r->ra_end = NO_UNIT;
+        return 0;
+    }
+    return !waiting;
 }
 
 /* Map a zero page at `page` of cached (or evicting) unit u (lock held). */
@@ -322,7 +420,7 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         pthread_mutex_unlock(&r->lock);
         uint8_t rem = (uint8_t)!!remote;
         install_run(r, u, 1, &rem, write, 1);
-        prefetch_after(r, u);
+        readahead_note(r, u, write);
         return FAULT_DONE;
     }
     case UNIT_EVICTING:
@@ -364,7 +462,7 @@ static void serve_deferred(struct fmem_region *r, int *retry, int *nospace)
 void *region_handler_main(void *arg)
 {
     struct fmem_region *r = arg;
-    int retry = 0, nospace = 0;
+    int retry = 0, nospace = 0, ahead = 0, fresh = 0;
     region_thread_exempt(r);
     for (;;) {
         pthread_mutex_lock(&r->lock);
@@ -378,7 +476,9 @@ void *region_handler_main(void *arg)
         pthread_mutex_unlock(&r->lock);
         if (stop)
             break;
-        int timeout = retry || (nospace && space) ? 0 : -1;
+        /* faults still queued (waiting for a slot) never wait for a wake-up
+         * alone: the queue is looked at again within a millisecond */
+        int timeout = retry || (nospace && space) || ahead || fresh ? 0 : r->deferred.n ? 1 : -1;
         struct pollfd p[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->evfd, .events = POLLIN}};
         int ready = poll(p, 2, timeout);
         if (ready < 0 && errno != EINTR) {
@@ -393,6 +493,11 @@ void *region_handler_main(void *arg)
         while ((n = read_msgs(r)) > 0)
             got += n;
         serve_deferred(r, &retry, &nospace);
+        /* read-ahead only while no fault waits for a slot; faults it read
+         * while mapping (see let_events_through) are served next round */
+        size_t kept = r->deferred.n;
+        ahead = nospace ? 0 : readahead_step(r);
+        fresh = r->deferred.n > kept;
         if (retry && !got)
             sched_yield();
     }

@@ -124,6 +124,7 @@ static void fork_child(struct fork_watch *w)
     r->inst.active = 0;
     r->seq_next = NO_UNIT;
     r->seq_run = 0;
+    r->ra_next = r->ra_end = NO_UNIT;
     atomic_store(&r->writer_tid, 0);
     /* the parent's descriptors: its userfaultfd must never be read here,
      * and its pidfd would make the writer drop the parent's pages */

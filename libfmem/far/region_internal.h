@@ -71,12 +71,16 @@ struct zap {
     uintptr_t start, end;
 };
 
-/* Units the handler is installing (a run of n units from `first`, staged
- * in r->buf), so that a removal event read while it waits for UFFDIO_COPY
- * can zero the data not yet mapped. */
+/* Units the handler is installing (a run of n units from `first`; unit
+ * first+i is copied from src[i]: its slot of r->buf, the pool's own memory
+ * or the zero page), so that a removal event read while it waits for
+ * UFFDIO_COPY can zero the data not yet mapped. */
 struct install_ctx {
     int active;
     uint32_t first, n;
+    const char **src;
+    uint64_t released; /* bit i: unit first+i was released whole meanwhile
+                        * (n <= 64: a run is one read-ahead step) */
 };
 
 struct region_counters {
@@ -93,7 +97,7 @@ struct fmem_region {
     uint32_t nunits, nchunks;
     uint32_t cap;      /* cache capacity, units */
     uint32_t reserve;  /* free slots the writer keeps */
-    unsigned prefetch; /* most units read ahead */
+    unsigned prefetch; /* most units a read-ahead window holds */
     int uffd, evfd;    /* evfd wakes the handler */
     int pidfd;         /* this process, for process_madvise; -1: madvise */
     pthread_t handler, writer;
@@ -124,12 +128,15 @@ struct fmem_region {
     int threads_exempt;     /* how many of them told the fork gate so */
 
     /* handler-private */
-    char *buf;               /* fetch buffer, prefetch window or one unit */
+    char *buf;               /* fetch buffer: one read-ahead step */
     uint32_t buf_units;
+    int direct;              /* fmem_map works on this pool: copy in place */
     struct install_ctx inst;
     struct fault_list deferred; /* to retry (EAGAIN) or waiting for space */
     uint32_t seq_next;          /* unit a sequential scan faults on next */
     unsigned seq_run;
+    uint32_t ra_next, ra_end;   /* read-ahead stream still to map, or NO_UNIT */
+    int ra_write;               /* the stream writes: map it dirty */
 
     struct region_counters st;
 };

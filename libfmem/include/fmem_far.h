@@ -63,7 +63,8 @@ typedef struct fmem_region_config {
     size_t fetch_unit;  /* bytes brought in per fault: a power of two in
                          * [4 KiB, 256 KiB]; 0 = FMEM_REGION_DEFAULT_UNIT */
     unsigned prefetch;  /* most units read ahead after sequential faults;
-                         * 0 = 256 KiB worth, FMEM_REGION_NO_PREFETCH = off */
+                         * 0 = 4 MiB worth (at most a quarter of the
+                         * cache), FMEM_REGION_NO_PREFETCH = off */
     unsigned flags;     /* reserved, 0 */
 } fmem_region_config;
 
