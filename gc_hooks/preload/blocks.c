@@ -204,8 +204,12 @@ static void *take(struct fp_arena *a, size_t size, size_t align, int *reused)
         return c;
     }
     fmem_handle h;
-    /* no room: what the cache keeps goes back first */
-    if (fmem_alloc(a->pool, want, &h) && (!fp_cache_flush(1) || fmem_alloc(a->pool, want, &h)))
+    static _Atomic int recovered; /* once per process: it scans the pool */
+    /* no room: what the cache keeps goes back first; in a named pool, then
+     * what processes that are gone still hold */
+    if (fmem_alloc(a->pool, want, &h) && (!fp_cache_flush(1) || fmem_alloc(a->pool, want, &h)) &&
+        (!a->shared || atomic_exchange(&recovered, 1) || !recover_dead_users(fp_cfg.uri) ||
+         fmem_alloc(a->pool, want, &h)))
         return NULL;
     void *p;
     if (fmem_map(a->pool, &h, &p) || (align && ((uintptr_t)p & (align - 1)))) {
