@@ -92,7 +92,7 @@ while [ $i -lt 300 ]; do
     mode=hold
     [ $i -ge 270 ] && mode=free
     LD_PRELOAD=$lib FMEM_PRELOAD_URI="$uri" FMEM_PRELOAD_STATS="$tmp/uid.stats" \
-        "$tests/preload_env" $mode 131072 >/dev/null 2>>"$tmp/uid.err"
+        "$tests/preload_env" -k $mode 131072 >/dev/null 2>>"$tmp/uid.err"
     i=$((i + 1))
 done
 fbs=$(field fallbacks "$tmp/uid.stats" | awk '{ s += $1 } END { print s + 0 }')
@@ -108,7 +108,7 @@ dead=$(sed -n 's/.*(\([0-9]*\) such user slots).*/\1/p' "$tmp/v0.out")
 "$tests/pool_status" -u "$pool" 2>/dev/null
 i=0
 while [ $i -lt 20 ]; do
-    LD_PRELOAD=$lib FMEM_PRELOAD_URI="$uri" "$tests/preload_env" free >/dev/null
+    LD_PRELOAD=$lib FMEM_PRELOAD_URI="$uri" "$tests/preload_env" -k free >/dev/null
     i=$((i + 1))
 done
 "$fmem" verify "$uri" >"$tmp/v1.out" 2>&1
@@ -139,7 +139,7 @@ kill -9 $holder 2>/dev/null
 exec 3>&-
 wait $holder 2>/dev/null
 rm -f "$tmp/after.stats"
-LD_PRELOAD=$lib FMEM_PRELOAD_URI="$uri" FMEM_PRELOAD_STATS="$tmp/after.stats" "$tests/preload_env" free >/dev/null
+LD_PRELOAD=$lib FMEM_PRELOAD_URI="$uri" FMEM_PRELOAD_STATS="$tmp/after.stats" "$tests/preload_env" -k free >/dev/null
 "$fmem" recover "$uri" 7 >"$tmp/r3.out" 2>&1
 rrc=$?
 if [ "$(field fallbacks "$tmp/after.stats")" = 0 ] && ! grep -q "no free user id" "$tmp/r3.out"; then
