@@ -5,8 +5,10 @@
  * page it touches: most of the price of a large malloc/free pair. Instead
  * a freed block stays mapped and is handed out again for a request of the
  * same size class (4 KiB << k chunks), the most recently freed first. It is
- * bounded: at most CACHE_PER_CLASS blocks of a class, CACHE_MAX_BYTES in
- * all, no block above CACHE_MAX_BLOCK. Kept blocks go back to the pool
+ * bounded: at most CACHE_PER_CLASS blocks of a class (a server with many
+ * clients frees and allocates dozens of buffers of one size at a time),
+ * CACHE_MAX_BYTES or a quarter of the pool in all, no block above
+ * CACHE_MAX_BLOCK. Kept blocks go back to the pool
  * when they were kept longer than CACHE_DELAY_NS (checked on each large
  * malloc or free), when the pool has no room for a request, and at exit.
  * A kept block stays in the block table, marked FP_E_CACHED, so a second
@@ -19,8 +21,8 @@
 #include "preload.h"
 
 #define CACHE_CLASSES 32
-#define CACHE_PER_CLASS 8
-#define CACHE_MAX_BYTES ((size_t)64 << 20)
+#define CACHE_PER_CLASS 64
+#define CACHE_MAX_BYTES ((size_t)256 << 20)
 #define CACHE_MAX_BLOCK ((size_t)16 << 20)
 #define CACHE_DELAY_NS ((uint64_t)1000000000)
 
@@ -122,8 +124,9 @@ int fp_cache_put(struct fp_arena *a, void *p, uint64_t e)
     flush_locked(0, now);
     if (kept_arena && kept_arena != a)
         flush_locked(1, now);
+    size_t max = CACHE_MAX_BYTES < a->cap / 4 ? CACHE_MAX_BYTES : a->cap / 4;
     /* make room: the oldest of the class, then anything, goes back */
-    if (nkept[c] == CACHE_PER_CLASS || kept_bytes + len > CACHE_MAX_BYTES) {
+    if (nkept[c] == CACHE_PER_CLASS || kept_bytes + len > max) {
         kept_arena = a;
         if (nkept[c] == CACHE_PER_CLASS) {
             unsigned o = 0;
@@ -132,11 +135,11 @@ int fp_cache_put(struct fp_arena *a, void *p, uint64_t e)
                     o = i;
             drop(c, o, 1);
         }
-        if (kept_bytes + len > CACHE_MAX_BYTES)
+        if (kept_bytes + len > max)
             flush_locked(1, now);
         recompute_oldest();
     }
-    int keep = kept_bytes + len <= CACHE_MAX_BYTES;
+    int keep = kept_bytes + len <= max;
     if (keep) {
         kept_arena = a;
         kept[c][nkept[c]++] = (struct kept){.p = p, .e = e, .since = now};
