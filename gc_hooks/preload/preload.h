@@ -82,7 +82,7 @@ size_t fp_block_size(const void *p);
 void fp_fork_register(void);
 
 /* shared between blocks.c and fork.c */
-#define FP_MAX_ARENAS 8
+#define FP_MAX_ARENAS 64 /* fork generations with a named pool (each keeps its range) */
 struct fp_arena {
     char *base;                /* first byte of the pool's data */
     _Atomic size_t cap;        /* data bytes; 0 once closed at exit */

@@ -74,6 +74,33 @@ else
     bad "fork, private pool: rc=$rc copied=$copied fallbacks=$fb processes=$n"; cat "$tmp/fork.out" "$tmp/fork.stats"
 fi
 
+# the same twenty generations deep on a named pool: each child copies
+# its blocks (the pool is shared) and then allocates from the pool again
+rm -f "$tmp/gen.stats"
+LD_PRELOAD=$lib FMEM_PRELOAD_URI="$pool?size=256M" FMEM_PRELOAD_STATS="$tmp/gen.stats" $PY -c '
+import os, sys
+def gen(n):
+    b = bytearray(1 << 20); b[5] = n
+    if n == 0:
+        return 0
+    pid = os.fork()
+    if pid == 0:
+        rc = gen(n - 1)
+        sys.exit(rc if b[5] == n else 1)
+    _, st = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(st)
+sys.exit(gen(20))
+' >"$tmp/gen.out" 2>&1
+rc=$?
+fb=$(field fallbacks "$tmp/gen.stats" | awk '{ s += $1 } END { print s + 0 }')
+n=$(wc -l <"$tmp/gen.stats")
+if [ $rc -eq 0 ] && [ "$fb" -eq 0 ] && [ "$n" -eq 21 ]; then
+    ok "fork, named pool: 20 generations, every block in the pool"
+else
+    bad "fork, named pool: rc=$rc fallbacks=$fb processes=$n"; cat "$tmp/gen.out"
+fi
+"$tests/pool_status" -u "$pool" 2>/dev/null
+
 # allocate-touch-free reuses blocks
 LD_PRELOAD=$lib FMEM_PRELOAD_STATS="$tmp/alloc.stats" "$top_builddir/bench/preload-alloc" 204800 2000 >/dev/null
 reused=$(field reused "$tmp/alloc.stats")
