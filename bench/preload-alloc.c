@@ -2,7 +2,8 @@
  * over and over, as a program with a reused large buffer does. Prints the
  * CPU time per round in ns. Run it with and without libfmem-preload.so
  * (bench/preload-bench.sh does both in one run).
- *   preload-alloc [SIZE_BYTES [ROUNDS]]   (default 204800, 200000) */
+ *   preload-alloc [SIZE_BYTES [ROUNDS [keep]]]   (default 204800, 200000)
+ * keep: never free, so every round touches fresh memory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -18,8 +19,9 @@ int main(int argc, char **argv)
 {
     size_t size = argc > 1 ? strtoull(argv[1], NULL, 0) : 204800;
     long rounds = argc > 2 ? strtol(argv[2], NULL, 0) : 200000;
+    int keep = argc > 3 && argv[3][0] == 'k';
     if (size == 0 || rounds <= 0) {
-        fprintf(stderr, "usage: preload-alloc [SIZE_BYTES [ROUNDS]]\n");
+        fprintf(stderr, "usage: preload-alloc [SIZE_BYTES [ROUNDS [keep]]]\n");
         return 2;
     }
     /* volatile: the compiler may not drop the malloc/free pair */
@@ -31,7 +33,8 @@ int main(int argc, char **argv)
             return 1;
         for (size_t i = 0; i < size; i += 4096)
             p[i] = (char)r;
-        free(p);
+        if (!keep)
+            free(p);
     }
     double t = cpu_s() - t0;
     printf("%.1f\n", t / (double)rounds * 1e9);
