@@ -11,7 +11,10 @@
  *                           that file, one line per process
  *
  * A bad value prints one line on stderr and leaves every allocation to the
- * system allocator. Nothing here allocates: it runs inside malloc. */
+ * system allocator. Nothing here allocates: it runs inside malloc. The
+ * values are copied when the library loads (its constructor, or an earlier
+ * first allocation): programs that rewrite their environment or argv in
+ * place (setproctitle, redis) keep their pool and stats. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -77,6 +80,20 @@ static size_t parse_size(const char *s)
     return (size_t)v << shift;
 }
 
+/* The strings kept from the environment: copies, never getenv's pointers. */
+static char stats_path_buf[4096], uri_buf[4096];
+
+static const char *keep(char *buf, size_t cap, const char *s, const char *name)
+{
+    size_t n = strlen(s);
+    if (n >= cap) {
+        fp_say("%s is longer than %zu bytes; using the system allocator only", name, cap - 1);
+        return NULL;
+    }
+    memcpy(buf, s, n + 1);
+    return buf;
+}
+
 static int read_env(void)
 {
     const char *t = getenv("FMEM_PRELOAD_THRESHOLD");
@@ -98,20 +115,28 @@ static int read_env(void)
         }
         if (*s == '/') {
             fp_cfg.stats = 1;
-            fp_cfg.stats_path = s;
+            fp_cfg.stats_path = keep(stats_path_buf, sizeof stats_path_buf, s, "FMEM_PRELOAD_STATS");
+            if (!fp_cfg.stats_path)
+                return -1;
         } else if (*s == '1') {
             fp_cfg.stats = 1;
             fp_cfg.stats_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 64);
         }
     }
     const char *u = getenv("FMEM_PRELOAD_URI");
-    if (u) {
+    if (!u) { /* fmem_open would read it only at the first large request */
+        const char *d = getenv("FMEM_URI");
+        if (d && *d && !(fp_cfg.uri = keep(uri_buf, sizeof uri_buf, d, "FMEM_URI")))
+            return -1;
+    } else {
         if (!*u) {
             fp_say("FMEM_PRELOAD_URI is empty (unset it for the default pool); using the "
                    "system allocator only");
             return -1;
         }
-        fp_cfg.uri = u;
+        fp_cfg.uri = keep(uri_buf, sizeof uri_buf, u, "FMEM_PRELOAD_URI");
+        if (!fp_cfg.uri)
+            return -1;
     }
     return 0;
 }

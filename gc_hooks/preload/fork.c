@@ -1,6 +1,10 @@
-/* fork.c - fork() with blocks in a shared pool.
+/* fork.c - fork() with blocks in a pool.
  *
- * The pool is a MAP_SHARED mapping, so without help a child would share
+ * A private pool (mem:, the default) is private anonymous memory: the
+ * kernel gives the child a copy-on-write snapshot of the pool, its blocks
+ * and the block table, so the child goes on using it as its own and no
+ * page is copied until one side writes it; no handler work beyond the
+ * lock. A shared pool (shm:, hugetlbfs) is a MAP_SHARED mapping, so without help a child would share
  * its large blocks with the parent (each seeing the other's writes) and
  * allocate from the pool under the parent's user id. Instead:
  *   prepare  take the block lock exclusively: no block is being allocated
@@ -23,10 +27,16 @@
 
 static int done_pipe[2] = {-1, -1};
 
+static int current_shared(void)
+{
+    struct fp_arena *a = atomic_load(&fp_current);
+    return a && a->shared;
+}
+
 static void prepare(void)
 {
     fp_lock_all();
-    if (atomic_load(&fp_current) && pipe2(done_pipe, O_CLOEXEC))
+    if (current_shared() && pipe2(done_pipe, O_CLOEXEC))
         done_pipe[0] = done_pipe[1] = -1;
 }
 

@@ -6,6 +6,7 @@
  *                the bootstrap buffer used while they are being looked up
  *   config.c     environment variables, checked once
  *   blocks.c     large blocks: the pool, its address range, the block table
+ *   cache.c      freed blocks kept for reuse, per size class
  *   fork.c       what a child of fork() does with the parent's blocks
  *   stats.c      counters and the report at exit (FMEM_PRELOAD_STATS=1)
  *   interpose.c  malloc, free, ... as the program sees them
@@ -81,10 +82,12 @@ size_t fp_block_size(const void *p);
 void fp_fork_register(void);
 
 /* shared between blocks.c and fork.c */
-#define FP_MAX_ARENAS 8
+#define FP_MAX_ARENAS 64 /* fork generations with a named pool (each keeps its range) */
 struct fp_arena {
     char *base;                /* first byte of the pool's data */
-    size_t cap;                /* data bytes */
+    _Atomic size_t cap;        /* data bytes; 0 once closed at exit */
+    int shared;                /* other processes map the pool (shm:, ...) */
+    _Atomic uint64_t live;     /* blocks handed out (or cached) in the pool */
     _Atomic uint64_t *table;   /* one word per 4 KiB chunk: see blocks.c */
     size_t table_bytes;
     int orphan;                /* a parent's pool, copied at fork: private */
@@ -102,6 +105,34 @@ void fp_lock_reinit(void);
  * copies at the same addresses and stop using its pool. */
 void fp_blocks_orphan_current(void);
 
+/* block table entries (blocks.c) */
+#define FP_E_KEY(e) ((uint32_t)(e))
+#define FP_E_LOG2(e) ((unsigned)((e) >> 32) & 63u)
+#define FP_E_PRIVATE (UINT64_C(1) << 40)
+#define FP_E_CACHED (UINT64_C(1) << 41)
+#define FP_CHUNK_SHIFT 12
+/* Return pages to the system: the range reads as zeros afterwards. Nonzero
+ * when the kernel refused (the caller then clears the bytes itself). */
+int fp_discard(struct fp_arena *a, void *p, size_t len);
+/* Give a block (table entry e, already cleared) back to the pool. */
+void fp_block_release(struct fp_arena *a, void *p, uint64_t e);
+
+/* ---- cache.c ------------------------------------------------------------ */
+
+/* All with the block lock held shared (or exclusively, by fork). */
+/* A kept block of 4 KiB << log2 chunks with the given alignment, its
+ * table entry live again; NULL if none is kept. */
+void *fp_cache_take(struct fp_arena *a, unsigned log2, size_t align);
+/* Keep a freed block (its table entry e still set) for reuse: 1 if kept,
+ * 0 if the caller must give it back to the pool. */
+int fp_cache_put(struct fp_arena *a, void *p, uint64_t e);
+/* Give back kept blocks: all of them, or those kept longer than the
+ * delay. Returns the bytes given back. */
+size_t fp_cache_flush(int all);
+/* Child of fork with a shared pool: the kept blocks are the parent's. */
+void fp_cache_forget(void);
+void fp_cache_lock_reinit(void);
+
 /* ---- stats.c ------------------------------------------------------------ */
 
 struct fp_stats {
@@ -111,6 +142,7 @@ struct fp_stats {
     _Atomic uint64_t live_bytes;
     _Atomic uint64_t peak_bytes;
     _Atomic uint64_t copied_at_fork; /* bytes copied in fork children */
+    _Atomic uint64_t reused;    /* large blocks served from the cache */
 };
 extern struct fp_stats fp_stats;
 void fp_stats_add(uint64_t bytes);
