@@ -1,10 +1,15 @@
 /* heap_large.c - objects above FMEM_HEAP_SMALL_MAX (and alignments above
- * 4 KiB): one backend span each, found again through the page map entry
- * of the object's first page. Freeing it gives the span back at once. */
+ * 4 KiB), found again through the page map entry of the object's first
+ * page. On a pool each is a lobj (lobj.h: a few blocks mapped side by
+ * side, no power-of-two rounding); in a region a run of pages of the
+ * heap's range (heap_backend.c). Freeing gives the memory back at once. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "heap_internal.h"
+#include "lobj.h"
 
 static void unlink_large(struct fmem_heap *h, struct slab *d)
 {
@@ -17,9 +22,39 @@ static void unlink_large(struct fmem_heap *h, struct slab *d)
     d->next = d->prev = NULL;
 }
 
+/* A pool heap's large object: its blocks, mapped. */
+static int pool_get(struct fmem_heap *h, size_t size, size_t align, struct span *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    struct lobj *lo = malloc(sizeof *lo);
+    if (!lo)
+        return FMEM_ENOMEM;
+    int rc = lobj_alloc(h->pool, size, align, lo);
+    if (rc) {
+        free(lo);
+        return rc;
+    }
+    sp->lo = lo;
+    sp->ptr = lo->ptr;
+    sp->len = lo->len;
+    heap_account(h, (int64_t)lo->held);
+    return 0;
+}
+
+static void large_put(struct fmem_heap *h, struct span *sp)
+{
+    if (!sp->lo) {
+        backend_put(h, sp);
+        return;
+    }
+    heap_account(h, -(int64_t)sp->lo->held);
+    lobj_free(h->pool, sp->lo);
+    free(sp->lo);
+    sp->lo = NULL;
+}
+
 void *large_malloc(struct fmem_heap *h, size_t size, size_t align)
 {
-    size_t extra = align > HEAP_PAGE ? align : 0; /* spans are page aligned */
     if (size > HEAP_MAX_OBJECT || align > HEAP_MAX_OBJECT) {
         errno = ENOMEM;
         return NULL;
@@ -30,7 +65,9 @@ void *large_malloc(struct fmem_heap *h, size_t size, size_t align)
         return NULL;
     }
     struct span sp;
-    if (backend_get(h, size + extra, &sp)) {
+    int rc = h->kind == HEAP_POOL ? pool_get(h, size, align, &sp)
+                                  : backend_get_pages(h, size, align, &sp);
+    if (rc) {
         desc_free(h, d);
         errno = ENOMEM;
         return NULL;
@@ -38,9 +75,9 @@ void *large_malloc(struct fmem_heap *h, size_t size, size_t align)
     memset(d, 0, sizeof *d);
     d->kind = SLAB_LARGE;
     d->span = sp;
-    d->user = extra ? (char *)(((uintptr_t)sp.ptr + align - 1) & ~(uintptr_t)(align - 1)) : sp.ptr;
+    d->user = sp.ptr;
     if (pagemap_set(&h->map, d->user, 1, d)) {
-        backend_put(h, &d->span);
+        large_put(h, &d->span);
         desc_free(h, d);
         errno = ENOMEM;
         return NULL;
@@ -56,6 +93,32 @@ void *large_malloc(struct fmem_heap *h, size_t size, size_t align)
     return d->user;
 }
 
+void *large_resize(struct fmem_heap *h, struct slab *d, size_t size)
+{
+    if (size > HEAP_MAX_OBJECT)
+        return NULL;
+    char *old = d->user;
+    if (!d->span.lo) { /* a region's pages */
+        if (backend_resize_pages(h, &d->span, size))
+            return NULL;
+        return d->user;
+    }
+    struct lobj *lo = d->span.lo;
+    size_t held = lo->held;
+    int rc = lobj_resize(h->pool, lo, size, 1);
+    heap_account(h, (int64_t)lo->held - (int64_t)held);
+    if (lo->ptr != old) { /* moved (pages only, no copy) */
+        if (pagemap_set(&h->map, lo->ptr, 1, d))
+            abort(); /* no memory for a page-map leaf: the object could
+                      * never be found again */
+        pagemap_set(&h->map, old, 1, NULL);
+        d->user = lo->ptr;
+    }
+    d->span.ptr = lo->ptr;
+    d->span.len = lo->len;
+    return rc ? NULL : d->user;
+}
+
 int large_free(struct fmem_heap *h, struct slab *d, void *p)
 {
     pthread_mutex_lock(&h->lock);
@@ -68,7 +131,7 @@ int large_free(struct fmem_heap *h, struct slab *d, void *p)
     pagemap_set(&h->map, p, 1, NULL);
     unlink_large(h, d);
     pthread_mutex_unlock(&h->lock);
-    backend_put(h, &d->span);
+    large_put(h, &d->span);
     atomic_fetch_sub(&h->st.large, 1);
     atomic_fetch_add(&h->st.large_frees, 1);
     desc_free(h, d);
@@ -78,6 +141,13 @@ int large_free(struct fmem_heap *h, struct slab *d, void *p)
 void large_free_all(struct fmem_heap *h)
 {
     for (struct slab *d = h->large; d; d = d->next)
-        backend_put(h, &d->span);
+        large_put(h, &d->span);
     h->large = NULL;
+}
+
+void large_fork_child(struct fmem_heap *h)
+{
+    for (struct slab *d = h->large; d; d = d->next)
+        if (d->span.lo && lobj_fork_child(d->span.lo))
+            fprintf(stderr, "fmem: heap: fork: a large object stays shared with the parent\n");
 }
