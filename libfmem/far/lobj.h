@@ -41,7 +41,7 @@
 
 #include "fmem.h"
 
-#define LOBJ_MAX_BLOCKS 16
+#define LOBJ_MAX_BLOCKS 32
 #define LOBJ_PLAN_MAX 6 /* blocks of a fresh object */
 
 enum lobj_mode { LOBJ_SINGLE, LOBJ_ALIAS, LOBJ_MOVE };
