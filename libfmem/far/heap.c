@@ -282,6 +282,7 @@ static void *heap_realloc(fmem_heap *h, void *p, size_t size)
 
 static void heap_collect(fmem_heap *h)
 {
+    large_cache_drain(h);
     struct theap *self = theap_peek(h);
     if (self)
         theap_collect(self, 0);

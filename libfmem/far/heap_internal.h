@@ -140,6 +140,11 @@ static inline struct slab *pagemap_get(const struct pagemap *pm, const void *p)
 }
 
 /* ---- the heap ----------------------------------------------------------- */
+/* Freed large objects kept mapped for reuse: at most this many, each of at
+ * most LCACHE_OBJ bytes, LCACHE_BYTES in all (counted in remote_bytes). */
+#define LCACHE_MAX 8
+#define LCACHE_OBJ ((size_t)4 << 20)
+#define LCACHE_BYTES ((size_t)16 << 20)
 struct fmem_heap {
     uint64_t id;  /* unique for the process's lifetime */
     uintptr_t key; /* double-free key, XORed with the object address */
@@ -153,6 +158,11 @@ struct fmem_heap {
     void **desc_blocks;
     size_t ndesc_blocks;
     struct slab *large; /* live large objects (next/prev) */
+    /* pool heaps: large objects freed lately, still mapped, for the next
+     * malloc of about their size (a new one costs a few system calls) */
+    struct lobj *lcache[LCACHE_MAX];
+    unsigned nlcache;
+    size_t lcache_bytes;
     /* region backend: one bit per 4 KiB page, set = in use */
     uint64_t *blocks;
     size_t nblocks, rover;
@@ -211,6 +221,7 @@ void theap_free_all(struct theap *th);
 void *large_malloc(struct fmem_heap *h, size_t size, size_t align);
 int large_free(struct fmem_heap *h, struct slab *d, void *p);
 void large_free_all(struct fmem_heap *h);
+void large_cache_drain(struct fmem_heap *h); /* fmem_heap_collect */
 /* realloc of a large object without copying: its new address, or NULL
  * (the object is unchanged and still at d->user). */
 void *large_resize(struct fmem_heap *h, struct slab *d, size_t size);

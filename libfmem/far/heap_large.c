@@ -22,11 +22,84 @@ static void unlink_large(struct fmem_heap *h, struct slab *d)
     d->next = d->prev = NULL;
 }
 
+/* A cached object fit for `size`: at least that large, and holding no
+ * more than a fresh one may (the size in 4 KiB pages plus 1/32). */
+static struct lobj *cache_take(struct fmem_heap *h, size_t size, size_t align)
+{
+    if (align > HEAP_PAGE || size > LCACHE_OBJ)
+        return NULL;
+    size_t need = (size + HEAP_PAGE - 1) & ~(HEAP_PAGE - 1);
+    struct lobj *lo = NULL;
+    pthread_mutex_lock(&h->lock);
+    for (unsigned i = h->nlcache; i-- > 0;) { /* newest first */
+        struct lobj *c = h->lcache[i];
+        if (c->len >= need && c->held <= need + need / 32) {
+            lo = c;
+            h->lcache[i] = h->lcache[--h->nlcache];
+            h->lcache_bytes -= c->held;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    return lo;
+}
+
+/* Keep a freed object for reuse; 0 if it was not taken. */
+static int cache_put(struct fmem_heap *h, struct lobj *lo)
+{
+    if (lo->mode == LOBJ_SINGLE || lo->held > LCACHE_OBJ)
+        return 0;
+    struct lobj *out = NULL;
+    pthread_mutex_lock(&h->lock);
+    if (h->nlcache == LCACHE_MAX || h->lcache_bytes + lo->held > LCACHE_BYTES) {
+        out = h->lcache[0]; /* the oldest makes room */
+        if (out) {
+            h->lcache_bytes -= out->held;
+            memmove(h->lcache, h->lcache + 1, --h->nlcache * sizeof *h->lcache);
+        }
+    }
+    int taken = h->lcache_bytes + lo->held <= LCACHE_BYTES && h->nlcache < LCACHE_MAX;
+    if (taken) {
+        h->lcache[h->nlcache++] = lo;
+        h->lcache_bytes += lo->held;
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (out) {
+        heap_account(h, -(int64_t)out->held);
+        lobj_free(h->pool, out);
+        free(out);
+    }
+    return taken;
+}
+
+void large_cache_drain(struct fmem_heap *h)
+{
+    for (;;) {
+        pthread_mutex_lock(&h->lock);
+        struct lobj *lo = h->nlcache ? h->lcache[--h->nlcache] : NULL;
+        if (lo)
+            h->lcache_bytes -= lo->held;
+        pthread_mutex_unlock(&h->lock);
+        if (!lo)
+            return;
+        heap_account(h, -(int64_t)lo->held);
+        lobj_free(h->pool, lo);
+        free(lo);
+    }
+}
+
 /* A pool heap's large object: its blocks, mapped. */
 static int pool_get(struct fmem_heap *h, size_t size, size_t align, struct span *sp)
 {
     memset(sp, 0, sizeof *sp);
-    struct lobj *lo = malloc(sizeof *lo);
+    struct lobj *lo = cache_take(h, size, align);
+    if (lo) { /* already counted */
+        sp->lo = lo;
+        sp->ptr = lo->ptr;
+        sp->len = lo->len;
+        return 0;
+    }
+    lo = malloc(sizeof *lo);
     if (!lo)
         return FMEM_ENOMEM;
     int rc = lobj_alloc(h->pool, size, align, lo);
@@ -41,10 +114,14 @@ static int pool_get(struct fmem_heap *h, size_t size, size_t align, struct span 
     return 0;
 }
 
-static void large_put(struct fmem_heap *h, struct span *sp)
+static void large_put(struct fmem_heap *h, struct span *sp, int may_cache)
 {
     if (!sp->lo) {
         backend_put(h, sp);
+        return;
+    }
+    if (may_cache && cache_put(h, sp->lo)) {
+        sp->lo = NULL;
         return;
     }
     heap_account(h, -(int64_t)sp->lo->held);
@@ -77,7 +154,7 @@ void *large_malloc(struct fmem_heap *h, size_t size, size_t align)
     d->span = sp;
     d->user = sp.ptr;
     if (pagemap_set(&h->map, d->user, 1, d)) {
-        large_put(h, &d->span);
+        large_put(h, &d->span, 0);
         desc_free(h, d);
         errno = ENOMEM;
         return NULL;
@@ -131,7 +208,7 @@ int large_free(struct fmem_heap *h, struct slab *d, void *p)
     pagemap_set(&h->map, p, 1, NULL);
     unlink_large(h, d);
     pthread_mutex_unlock(&h->lock);
-    large_put(h, &d->span);
+    large_put(h, &d->span, 1);
     atomic_fetch_sub(&h->st.large, 1);
     atomic_fetch_add(&h->st.large_frees, 1);
     desc_free(h, d);
@@ -141,13 +218,19 @@ int large_free(struct fmem_heap *h, struct slab *d, void *p)
 void large_free_all(struct fmem_heap *h)
 {
     for (struct slab *d = h->large; d; d = d->next)
-        large_put(h, &d->span);
+        large_put(h, &d->span, 0);
     h->large = NULL;
+    large_cache_drain(h);
 }
 
 void large_fork_child(struct fmem_heap *h)
 {
+    int rc = 0;
     for (struct slab *d = h->large; d; d = d->next)
-        if (d->span.lo && lobj_fork_child(d->span.lo))
-            fprintf(stderr, "fmem: heap: fork: a large object stays shared with the parent\n");
+        if (d->span.lo)
+            rc |= lobj_fork_child(d->span.lo);
+    for (unsigned i = 0; i < h->nlcache; i++)
+        rc |= lobj_fork_child(h->lcache[i]);
+    if (rc)
+        fprintf(stderr, "fmem: heap: fork: a large object stays shared with the parent\n");
 }

@@ -1,0 +1,224 @@
+/* fmem-lobjbench - what large heap objects cost, side by side with the
+ * old way (one power-of-two pool block per object, fmem_alloc + fmem_map),
+ * in the same run:
+ *
+ *  - memory: bytes held in the pool / bytes asked, per size (sizes from
+ *    16 KiB to 64 MiB, many just above a power of two) and for a live set
+ *    of random sizes;
+ *  - speed: allocations + frees per second of each size, untouched and
+ *    with every page written once, as the ratio new / old.
+ *
+ *   fmem-lobjbench [--uri URI] [--quick]
+ *
+ * URI defaults to an in-process pool (mem:); give shm:/name?size=... for a
+ * shared pool (the file is unlinked at the end). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <fmem.h>
+#include <fmem_far.h>
+
+#include "lobj.h"
+
+#define KiB ((size_t)1024)
+#define MiB (KiB * 1024)
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "fmem-lobjbench: %s: %s\n", what, fmem_strerror(rc));
+    exit(1);
+}
+
+static void touch(char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i += 4096)
+        p[i] = (char)i;
+}
+
+/* The old way: one block, mapped where the pool is. */
+static double old_rate(fmem_pool *pool, size_t size, unsigned iters, int write)
+{
+    double t0 = now();
+    for (unsigned i = 0; i < iters; i++) {
+        fmem_handle h;
+        void *p;
+        int rc = fmem_alloc(pool, size, &h);
+        if (rc || (rc = fmem_map(pool, &h, &p)) != 0)
+            die("old alloc", rc);
+        if (write)
+            touch(p, size);
+        fmem_free(pool, &h);
+    }
+    return iters / (now() - t0);
+}
+
+static double new_rate(fmem_heap *heap, size_t size, unsigned iters, int write)
+{
+    double t0 = now();
+    for (unsigned i = 0; i < iters; i++) {
+        char *p = fmem_heap_malloc(heap, size);
+        if (!p)
+            die("heap malloc", FMEM_ENOMEM);
+        if (write)
+            touch(p, size);
+        fmem_heap_free(heap, p);
+    }
+    return iters / (now() - t0);
+}
+
+static uint64_t pool_bytes(fmem_pool *pool)
+{
+    fmem_stats_t st;
+    int rc = fmem_stats(pool, &st);
+    if (rc)
+        die("stats", rc);
+    return st.allocated_bytes;
+}
+
+int main(int argc, char **argv)
+{
+    const char *uri = "mem:?size=2G";
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--uri") && i + 1 < argc)
+            uri = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else {
+            fprintf(stderr, "usage: fmem-lobjbench [--uri URI] [--quick]\n");
+            return 2;
+        }
+    }
+    fmem_pool *pool;
+    fmem_heap *heap;
+    int rc = fmem_open(uri, &pool);
+    if (rc)
+        die(uri, rc);
+    if ((rc = fmem_heap_new(pool, &heap)) != 0)
+        die("heap", rc);
+
+    printf("pool %s\n\n", uri);
+    printf("%-10s %12s %12s %10s %10s %9s %9s %9s   %s\n", "size", "old held", "new held",
+           "old/asked", "new/asked", "speed", "speed", "blocks", "us per alloc+free old/new:");
+    printf("%-10s %12s %12s %10s %10s %9s %9s %9s   %s\n", "", "", "", "", "", "", "", "",
+           "untouched written");
+    printf("%-10s %12s %12s %10s %10s %9s %9s %9s\n", "", "(bytes)", "(bytes)", "", "",
+           "new/old", "new/old", "");
+    printf("%-10s %12s %12s %10s %10s %9s %9s %9s\n", "", "", "", "", "", "untouched", "written",
+           "");
+    static const size_t bases[] = {16 * KiB, 20 * KiB, 48 * KiB, 64 * KiB, 100 * KiB,
+                                   128 * KiB, 300 * KiB, 1 * MiB, 3 * MiB, 8 * MiB,
+                                   24 * MiB, 64 * MiB};
+    double worst_old = 0, worst_new = 0, sum_old = 0, sum_new = 0, sum_asked = 0;
+    double gm_untouched = 1, gm_written = 1;
+    unsigned nsizes = 0;
+    for (unsigned b = 0; b < sizeof bases / sizeof *bases; b++)
+        for (int plus = 0; plus < 2; plus++) {
+            size_t size = plus ? bases[b] + 1 : bases[b] - bases[b] / 10;
+            if (size <= FMEM_HEAP_SMALL_MAX)
+                continue;
+            fmem_heap_collect(heap); /* no freed object kept for reuse */
+            uint64_t before = pool_bytes(pool);
+            fmem_handle h;
+            if ((rc = fmem_alloc(pool, size, &h)) != 0)
+                die("old alloc", rc);
+            uint64_t old_held = pool_bytes(pool) - before;
+            fmem_free(pool, &h);
+            char *p = fmem_heap_malloc(heap, size);
+            if (!p)
+                die("heap malloc", FMEM_ENOMEM);
+            uint64_t new_held = pool_bytes(pool) - before;
+            fmem_heap_free(heap, p);
+            struct lobj o;
+            if ((rc = lobj_alloc(pool, size, 0, &o)) != 0)
+                die("lobj", rc);
+            unsigned blocks = o.n;
+            lobj_free(pool, &o);
+
+            unsigned iters = (unsigned)(quick ? 4 * MiB / size : 64 * MiB / size);
+            if (iters < 20)
+                iters = 20;
+            unsigned witers = (unsigned)(quick ? 16 * MiB / size : 256 * MiB / size);
+            if (witers < 10)
+                witers = 10;
+            /* interleaved, twice, best of each: the VM is shared */
+            double o0 = 0, n0 = 0, o1 = 0, n1 = 0;
+            for (int rep = 0; rep < 2; rep++) {
+                double r;
+                if ((r = old_rate(pool, size, iters, 0)) > o0)
+                    o0 = r;
+                if ((r = new_rate(heap, size, iters, 0)) > n0)
+                    n0 = r;
+                if ((r = old_rate(pool, size, witers, 1)) > o1)
+                    o1 = r;
+                if ((r = new_rate(heap, size, witers, 1)) > n1)
+                    n1 = r;
+            }
+            double ro = (double)old_held / (double)size, rn = (double)new_held / (double)size;
+            printf("%-10zu %12llu %12llu %10.3f %10.3f %9.2f %9.2f %9u   %.2f/%.2f %.1f/%.1f\n",
+                   size, (unsigned long long)old_held, (unsigned long long)new_held, ro, rn,
+                   n0 / o0, n1 / o1, blocks, 1e6 / o0, 1e6 / n0, 1e6 / o1, 1e6 / n1);
+            worst_old = ro > worst_old ? ro : worst_old;
+            worst_new = rn > worst_new ? rn : worst_new;
+            sum_old += (double)old_held;
+            sum_new += (double)new_held;
+            sum_asked += (double)size;
+            gm_untouched *= n0 / o0;
+            gm_written *= n1 / o1;
+            nsizes++;
+        }
+    printf("\nover these sizes: held/asked old %.3f new %.3f (worst old %.3f new %.3f); "
+           "speed new/old geometric mean untouched %.2f, written %.2f\n",
+           sum_old / sum_asked, sum_new / sum_asked, worst_old, worst_new,
+           pow(gm_untouched, 1.0 / nsizes), pow(gm_written, 1.0 / nsizes));
+
+    /* a live set of random large sizes (16 KiB .. 4 MiB, log-uniform) */
+    enum { LIVE = 400 };
+    static char *live_new[LIVE];
+    static fmem_handle live_old[LIVE];
+    size_t asked = 0;
+    unsigned seed = 12345;
+    uint64_t before = pool_bytes(pool);
+    for (unsigned i = 0; i < LIVE; i++) {
+        seed = seed * 1103515245u + 12345u;
+        double f = (double)(seed >> 8) / (double)(1u << 24);
+        size_t size = (size_t)(16.0 * KiB * exp2(f * 8.0)) + 1;
+        asked += size;
+        if ((rc = fmem_alloc(pool, size, &live_old[i])) != 0)
+            die("old alloc", rc);
+    }
+    uint64_t old_live = pool_bytes(pool) - before;
+    for (unsigned i = 0; i < LIVE; i++)
+        fmem_free(pool, &live_old[i]);
+    seed = 12345;
+    for (unsigned i = 0; i < LIVE; i++) {
+        seed = seed * 1103515245u + 12345u;
+        double f = (double)(seed >> 8) / (double)(1u << 24);
+        size_t size = (size_t)(16.0 * KiB * exp2(f * 8.0)) + 1;
+        if (!(live_new[i] = fmem_heap_malloc(heap, size)))
+            die("heap malloc", FMEM_ENOMEM);
+    }
+    uint64_t new_live = pool_bytes(pool) - before;
+    for (unsigned i = 0; i < LIVE; i++)
+        fmem_heap_free(heap, live_new[i]);
+    printf("live set of %d random sizes 16 KiB..4 MiB (%.1f MiB asked): held/asked old %.3f "
+           "new %.3f\n",
+           LIVE, (double)asked / MiB, (double)old_live / (double)asked,
+           (double)new_live / (double)asked);
+
+    fmem_heap_destroy(heap);
+    fmem_close(pool);
+    if (!strncmp(uri, "shm:", 4))
+        fmem_unlink(uri);
+    return 0;
+}
