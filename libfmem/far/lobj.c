@@ -277,16 +277,6 @@ static int make_room(struct lobj *o, size_t need, int may_move)
     return may_move ? relocate(o, need + need / 2) : FMEM_ENOMEM;
 }
 
-/* MOVE: put the pages of block b (now at `at`) back where the pool has
- * the block, so they stay resident there for its next user as they would
- * have with one block per object (a failure only leaves zeros there). */
-static void move_home(fmem_pool *pool, struct lobj_block *b, char *at)
-{
-    void *home;
-    if (fmem_map(pool, &b->h, &home) == 0)
-        mremap(at, b->h.length, b->h.length, MREMAP_MAYMOVE | MREMAP_FIXED, home);
-}
-
 int lobj_resize(fmem_pool *pool, struct lobj *o, size_t size, int may_move)
 {
     if (!pool || !o || o->n == 0 || size == 0 || size > MAX_SIZE)
@@ -299,8 +289,6 @@ int lobj_resize(fmem_pool *pool, struct lobj *o, size_t size, int may_move)
             struct lobj_block *b = &o->b[o->n - 1];
             size_t len = b->h.length;
             o->held -= len;
-            if (o->mode == LOBJ_MOVE)
-                move_home(pool, b, o->ptr + o->held);
             unreserve_range(o->ptr + o->held, len);
             fmem_free(pool, &b->h);
             o->n--;
@@ -350,11 +338,6 @@ void lobj_free(fmem_pool *pool, struct lobj *o)
 {
     if (!o || o->n == 0)
         return;
-    if (o->mode == LOBJ_MOVE)
-        for (size_t off = 0, i = 0; i < o->n; i++) {
-            move_home(pool, &o->b[i], o->ptr + off);
-            off += o->b[i].h.length;
-        }
     if (o->res)
         munmap(o->res, o->res_len);
     free_blocks(pool, o->b, o->n);

@@ -14,7 +14,9 @@
  *    mremap(MREMAP_DONTUNMAP); the block's own place in the pool then
  *    reads as zeros until the block is freed (nothing in the pool reads a
  *    held block's bytes). Freeing unmaps the range: its memory goes back
- *    to the system, the blocks to the pool.
+ *    to the system, the blocks to the pool. (Not moved back: after a fork,
+ *    moves back into the pool racing with other threads' use of their
+ *    objects made those fault on Linux 6.18; tests/test_fork.c found it.)
  *  - LOBJ_SINGLE: anything else (pools that cannot be mapped in pieces,
  *    e.g. through an allocation service, hugetlbfs files): one block, as
  *    before.
