@@ -131,7 +131,7 @@ int main(int argc, char **argv)
            "speed: (allocation + free) rate of the new way / the old way, same size over and "
            "over;\n"
            "  by CPU time of the process (user + system);\n"
-           "  heap = fmem_heap_malloc/free (a freed object of <= 4 MiB is kept for reuse),\n"
+           "  heap = fmem_heap_malloc/free (a freed object of <= 1 MiB is kept for reuse),\n"
            "  map = lobj_alloc/free (the mapping path, no reuse); untouched, or every page "
            "written once\n\n");
     printf("%-10s %10s %10s %9s %9s %9s %6s | %8s %8s %8s %8s | %s\n", "size", "old held",

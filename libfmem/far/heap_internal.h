@@ -141,10 +141,11 @@ static inline struct slab *pagemap_get(const struct pagemap *pm, const void *p)
 
 /* ---- the heap ----------------------------------------------------------- */
 /* Freed large objects kept mapped for reuse: at most this many, each of at
- * most LCACHE_OBJ bytes, LCACHE_BYTES in all (counted in remote_bytes). */
+ * most LCACHE_OBJ bytes, LCACHE_BYTES in all (counted in remote_bytes; their
+ * pages stay resident, so this is also what a program's RSS may keep). */
 #define LCACHE_MAX 8
-#define LCACHE_OBJ ((size_t)4 << 20)
-#define LCACHE_BYTES ((size_t)16 << 20)
+#define LCACHE_OBJ ((size_t)1 << 20)
+#define LCACHE_BYTES ((size_t)2 << 20)
 struct fmem_heap {
     uint64_t id;  /* unique for the process's lifetime */
     uintptr_t key; /* double-free key, XORed with the object address */
