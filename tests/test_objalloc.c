@@ -207,7 +207,7 @@ Test(heap, freeing_half_gives_half_back)
     free(v);
 }
 
-Test(heap, large_objects_go_back_at_once)
+Test(heap, large_objects_go_back)
 {
     void *v[8];
     for (int i = 0; i < 8; i++) {
@@ -218,6 +218,17 @@ Test(heap, large_objects_go_back_at_once)
     cr_assert_eq(pool_bytes(), 8 << 20);
     for (int i = 0; i < 8; i++)
         cr_assert_eq(fmem_heap_free(heap, v[i]), 0);
+    /* up to 2 MiB of them stay mapped for the next malloc of their size */
+    uint64_t kept = pool_bytes();
+    cr_assert_leq(kept, 2 << 20);
+    cr_assert_gt(kept, 0);
+    void *again = fmem_heap_malloc(heap, (size_t)1 << 20);
+    cr_assert_eq(pool_bytes(), kept, "a freed one is used again");
+    cr_assert_eq(fmem_heap_free(heap, again), 0);
+    fmem_heap_collect(heap);
+    cr_assert_eq(pool_bytes(), 0);
+    void *huge = fmem_heap_malloc(heap, (size_t)2 << 20); /* too large to keep */
+    cr_assert_eq(fmem_heap_free(heap, huge), 0);
     cr_assert_eq(pool_bytes(), 0);
 }
 

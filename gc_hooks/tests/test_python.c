@@ -35,7 +35,19 @@ static PyObject *global(const char *name)
 
 static void *address(const char *name) { return PyLong_AsVoidPtr(global(name)); }
 
-static int in_pool(const void *p) { return (uintptr_t)p >= lo && (uintptr_t)p < hi; }
+/* In the binding's heap: inside the pool's mapping (slabs), or within an
+ * arena's length (1 MiB) after the start of one of the heap's objects
+ * (large objects have their own mappings, libfmem/far/lobj.h). */
+static int in_pool(const void *p)
+{
+    if ((uintptr_t)p >= lo && (uintptr_t)p < hi)
+        return 1;
+    uintptr_t page = (uintptr_t)p & ~(uintptr_t)4095;
+    for (uintptr_t q = page; q + (1u << 20) > page && q >= 4096; q -= 4096)
+        if (fmem_hooks_owns(b, (const void *)q))
+            return 1;
+    return 0;
+}
 
 Test(python, arenas_in_the_pool)
 {

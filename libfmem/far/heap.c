@@ -261,8 +261,17 @@ static void *heap_realloc(fmem_heap *h, void *p, size_t size)
         heap_free(h, p);
         return heap_malloc(h, 0);
     }
-    if (size <= old && size >= old / 2)
+    struct slab *s = pagemap_get(&h->map, p);
+    if (s->kind == SLAB_LARGE && size > SMALL_MAX) {
+        /* grow or shrink in place (or move the pages without a copy) */
+        void *q = large_resize(h, s, size);
+        if (q)
+            return q;
+        p = s->user; /* still there, unchanged */
+        old = usable(h, p, NULL);
+    } else if (size <= old && size >= old / 2) {
         return p; /* fits and wastes at most half */
+    }
     void *q = heap_malloc(h, size);
     if (!q)
         return NULL;
@@ -273,6 +282,7 @@ static void *heap_realloc(fmem_heap *h, void *p, size_t size)
 
 static void heap_collect(fmem_heap *h)
 {
+    large_cache_drain(h);
     struct theap *self = theap_peek(h);
     if (self)
         theap_collect(self, 0);

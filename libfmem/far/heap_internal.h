@@ -53,10 +53,12 @@ static inline unsigned size_class(size_t size)
 }
 
 /* ---- backend spans ------------------------------------------------------ */
+struct lobj;
 struct span {
     char *ptr;
     size_t len;
     fmem_handle h;  /* pool backend */
+    struct lobj *lo; /* pool backend, large objects: their blocks (lobj.h) */
     size_t first;   /* region backend: first 64 KiB block */
     int zeroed;     /* known to read as zeros */
 };
@@ -64,6 +66,9 @@ struct span {
 enum heap_kind { HEAP_POOL, HEAP_REGION };
 
 /* ---- slabs -------------------------------------------------------------- */
+/* Large objects (above SMALL_MAX, or aligned above a page): on a pool, a
+ * few blocks mapped side by side (lobj.h: the size rounded to 4 KiB plus
+ * less than 1/32); in a region, a run of 4 KiB pages. */
 enum slab_kind { SLAB_SMALL, SLAB_LARGE };
 enum slab_list { LIST_NONE, LIST_AVAIL, LIST_FULL };
 enum full_state { NOT_FULL, FULL, NOTIFIED };
@@ -135,6 +140,12 @@ static inline struct slab *pagemap_get(const struct pagemap *pm, const void *p)
 }
 
 /* ---- the heap ----------------------------------------------------------- */
+/* Freed large objects kept mapped for reuse: at most this many, each of at
+ * most LCACHE_OBJ bytes, LCACHE_BYTES in all (counted in remote_bytes; their
+ * pages stay resident, so this is also what a program's RSS may keep). */
+#define LCACHE_MAX 8
+#define LCACHE_OBJ ((size_t)1 << 20)
+#define LCACHE_BYTES ((size_t)2 << 20)
 struct fmem_heap {
     uint64_t id;  /* unique for the process's lifetime */
     uintptr_t key; /* double-free key, XORed with the object address */
@@ -148,7 +159,12 @@ struct fmem_heap {
     void **desc_blocks;
     size_t ndesc_blocks;
     struct slab *large; /* live large objects (next/prev) */
-    /* region backend: one bit per 64 KiB block, set = in use */
+    /* pool heaps: large objects freed lately, still mapped, for the next
+     * malloc of about their size (a new one costs a few system calls) */
+    struct lobj *lcache[LCACHE_MAX];
+    unsigned nlcache;
+    size_t lcache_bytes;
+    /* region backend: one bit per 4 KiB page, set = in use */
     uint64_t *blocks;
     size_t nblocks, rover;
     struct heap_counters {
@@ -163,6 +179,10 @@ int backend_init(struct fmem_heap *h);
 void backend_destroy(struct fmem_heap *h);
 int backend_get(struct fmem_heap *h, size_t len, struct span *out);
 void backend_put(struct fmem_heap *h, struct span *sp);
+/* Region heaps' large objects: a run of 4 KiB pages, `align`-aligned;
+ * resizing in place takes or gives back pages after the run. */
+int backend_get_pages(struct fmem_heap *h, size_t size, size_t align, struct span *out);
+int backend_resize_pages(struct fmem_heap *h, struct span *sp, size_t size);
 
 /* heap_thread.c */
 struct heap_tls {
@@ -202,6 +222,12 @@ void theap_free_all(struct theap *th);
 void *large_malloc(struct fmem_heap *h, size_t size, size_t align);
 int large_free(struct fmem_heap *h, struct slab *d, void *p);
 void large_free_all(struct fmem_heap *h);
+void large_cache_drain(struct fmem_heap *h); /* fmem_heap_collect */
+/* realloc of a large object without copying: its new address, or NULL
+ * (the object is unchanged and still at d->user). */
+void *large_resize(struct fmem_heap *h, struct slab *d, size_t size);
+/* fork child: large objects on a shared pool become private copies */
+void large_fork_child(struct fmem_heap *h);
 
 static inline void counter_bump(_Atomic uint64_t *c)
 { /* single writer: no locked instruction */

@@ -75,7 +75,9 @@ static void thread_exit(void *unused)
  * others wait for adoption, as if those threads had exited. Nothing else
  * needs repair: the gate kept every thread out of the heaps during the
  * fork, so no list or lock is half updated, and the memory under them is
- * the child's own (a private pool or a region). */
+ * the child's own (a private pool or a region), except large objects
+ * mapped from a shared pool's file, which become private copies here
+ * (the parent waits for that: pool_fork.c). */
 static bool bound_here(const struct theap *th)
 {
     for (const struct binding *b = bindings; b; b = b->next)
@@ -87,6 +89,8 @@ static bool bound_here(const struct theap *th)
 static void heaps_fork_child(struct fork_watch *w)
 {
     (void)w;
+    for (struct fmem_heap *h = g_live; h; h = h->next_live)
+        large_fork_child(h);
     for (struct fmem_heap *h = g_live; h; h = h->next_live)
         for (struct theap *th = h->theaps; th; th = th->next) {
             /* a thread that bounced off the closed gate may have left its
