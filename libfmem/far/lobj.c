@@ -14,6 +14,7 @@
 #define MAX_SIZE ((size_t)1 << 46)
 #define PLAN_BITS 6 /* leading bits of the page count kept: slack < 2^-5 */
 #define RESERVE_MIN ((size_t)2 << 20)
+#define SINGLE_MAX ((size_t)128 << 10) /* a span: one block up to here */
 
 unsigned lobj_plan(size_t size, size_t sizes[LOBJ_PLAN_MAX])
 {
@@ -160,6 +161,12 @@ int lobj_alloc(fmem_pool *pool, size_t size, size_t align, struct lobj *o)
     unsigned k = lobj_plan(size, sizes);
     if (k == 0)
         return size ? FMEM_ENOMEM : FMEM_EINVAL;
+    /* Up to a span, or when one block is the whole plan, the pool's own
+     * mapping of one block wastes at most what rounding to a span costs
+     * and needs no system call: 0.3-0.6 us against 15-30 us for a range
+     * of its own (bench/fmem-lobjbench). */
+    if ((size <= SINGLE_MAX || k == 1) && align <= PAGE)
+        return alloc_single(pool, size, align, o);
     unsigned n = 0;
     int rc = take_blocks(pool, sizes, k, o->b, &n);
     if (rc)

@@ -17,7 +17,9 @@
  *    to the system, the blocks to the pool. (Not moved back: after a fork,
  *    moves back into the pool racing with other threads' use of their
  *    objects made those fault on Linux 6.18; tests/test_fork.c found it.)
- *  - LOBJ_SINGLE: anything else (pools that cannot be mapped in pieces,
+ *  - LOBJ_SINGLE: objects up to a span (128 KiB) and objects whose plan
+ *    is one block (no waste, and a range of its own would cost system
+ *    calls on every allocation), and anything else (pools that cannot be mapped in pieces,
  *    e.g. through an allocation service, hugetlbfs files): one block, as
  *    before.
  *
