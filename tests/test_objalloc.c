@@ -209,25 +209,32 @@ Test(heap, freeing_half_gives_half_back)
 
 Test(heap, large_objects_go_back)
 {
+    /* 768 KiB: two blocks side by side, a kind the heap keeps for reuse */
+    const size_t sz = (size_t)768 << 10;
     void *v[8];
     for (int i = 0; i < 8; i++) {
-        v[i] = fmem_heap_calloc(heap, 1, (size_t)1 << 20);
+        v[i] = fmem_heap_calloc(heap, 1, sz);
         cr_assert_not_null(v[i]);
         cr_assert_eq(((char *)v[i])[12345], 0);
     }
-    cr_assert_eq(pool_bytes(), 8 << 20);
+    cr_assert_eq(pool_bytes(), 8 * sz);
     for (int i = 0; i < 8; i++)
         cr_assert_eq(fmem_heap_free(heap, v[i]), 0);
     /* up to 2 MiB of them stay mapped for the next malloc of their size */
     uint64_t kept = pool_bytes();
     cr_assert_leq(kept, 2 << 20);
     cr_assert_gt(kept, 0);
-    void *again = fmem_heap_malloc(heap, (size_t)1 << 20);
+    void *again = fmem_heap_malloc(heap, sz);
     cr_assert_eq(pool_bytes(), kept, "a freed one is used again");
     cr_assert_eq(fmem_heap_free(heap, again), 0);
     fmem_heap_collect(heap);
     cr_assert_eq(pool_bytes(), 0);
-    void *huge = fmem_heap_malloc(heap, (size_t)2 << 20); /* too large to keep */
+    /* one block of the pool (a power of two) goes back at once */
+    void *one = fmem_heap_malloc(heap, (size_t)1 << 20);
+    cr_assert_eq(pool_bytes(), 1 << 20);
+    cr_assert_eq(fmem_heap_free(heap, one), 0);
+    cr_assert_eq(pool_bytes(), 0);
+    void *huge = fmem_heap_malloc(heap, (size_t)3 << 20); /* too large to keep */
     cr_assert_eq(fmem_heap_free(heap, huge), 0);
     cr_assert_eq(pool_bytes(), 0);
 }
