@@ -47,8 +47,22 @@ struct fork_view {
 /* Old mappings: one per memory node per fork generation that kept them */
 #define FORK_MAX_VIEWS 256
 
+/* A freed copy another thread may still be copying from or to. */
+struct fork_zombie {
+    char *at;
+    uint64_t length;
+    bool mapped;
+};
+#define FORK_MAX_ZOMBIES 64
+
 struct fork_copies {
     pthread_rwlock_t lock;
+    /* fmem_read/fmem_write copies in progress: they run outside the lock,
+     * because a region's writer copies from region pages, and a fault on
+     * one needs the region's handler, which may be freeing a block */
+    _Atomic unsigned long inflight;
+    struct fork_zombie zombies[FORK_MAX_ZOMBIES];
+    size_t nzombies;
     struct fork_copy *v; /* open addressing, linear probing; cap a power of 2 */
     size_t cap, used;
     struct fork_view views[FORK_MAX_VIEWS];
@@ -262,12 +276,31 @@ bool pool_fork_collides(fmem_pool *p, const fmem_handle *h)
     return hit;
 }
 
+static void drop_copy(char *at, uint64_t length, bool mapped)
+{
+    if (mapped)
+        mmap(at, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    else
+        munmap(at, length);
+}
+
+/* With the write lock: drop the freed copies no copy is using any more. */
+static void drop_zombies(struct fork_copies *t)
+{
+    if (atomic_load(&t->inflight) != 0)
+        return;
+    for (size_t i = 0; i < t->nzombies; i++)
+        drop_copy(t->zombies[i].at, t->zombies[i].length, t->zombies[i].mapped);
+    t->nzombies = 0;
+}
+
 int pool_fork_call(fmem_pool *p, enum pool_fork_op op, const fmem_handle *h, uint64_t off,
                    void *buf, size_t len)
 {
     struct fork_copies *t = p->copies;
     pthread_rwlock_rdlock(&t->lock);
     struct fork_copy *e = NULL;
+    char *at = NULL;
     int rc = lookup(p, h, &e);
     if (rc == 0 && op != POOL_FORK_FREE) {
         if (op == POOL_FORK_MAP) {
@@ -277,26 +310,33 @@ int pool_fork_call(fmem_pool *p, enum pool_fork_op op, const fmem_handle *h, uin
                 rc = FMEM_ENOTSUP; /* it was never mapped: fmem_read/write */
         } else if (off > e->length || len > e->length - off) {
             rc = FMEM_ERANGE;
-        } else if (op == POOL_FORK_READ) {
-            memcpy(buf, e->at + off, len);
-        } else if (op == POOL_FORK_WRITE) {
-            memcpy(e->at + off, buf, len);
+        } else if (op == POOL_FORK_READ || op == POOL_FORK_WRITE) {
+            at = e->at + off;
+            atomic_fetch_add(&t->inflight, 1); /* a free now keeps the copy */
         } else {
             rc = FMEM_ENOTSUP; /* fmem_remote: the copy is not remote */
         }
     }
     pthread_rwlock_unlock(&t->lock);
+    if (at) {
+        if (op == POOL_FORK_READ)
+            memcpy(buf, at, len);
+        else
+            memcpy(at, buf, len);
+        atomic_fetch_sub(&t->inflight, 1);
+    }
     if (rc != 0 || op != POOL_FORK_FREE)
         return rc;
     pthread_rwlock_wrlock(&t->lock);
     rc = lookup(p, h, &e); /* again: another thread may have freed it */
     if (rc == 0) {
-        if (e->mapped)
-            mmap(e->at, e->length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
-                 -1, 0);
-        else
-            munmap(e->at, e->length);
+        struct fork_zombie z = {e->at, e->length, e->mapped};
         erase(t, e);
+        drop_zombies(t);
+        if (atomic_load(&t->inflight) == 0 || t->nzombies == FORK_MAX_ZOMBIES)
+            drop_copy(z.at, z.length, z.mapped); /* (the latter: a copy racing its free) */
+        else
+            t->zombies[t->nzombies++] = z;
     }
     pthread_rwlock_unlock(&t->lock);
     return rc == 1 ? FMEM_EDOUBLEFREE : rc;
@@ -310,6 +350,9 @@ void pool_fork_release(fmem_pool *p)
     for (size_t i = 0; i < t->cap; i++)
         if (t->v[i].key && !t->v[i].mapped)
             munmap(t->v[i].at, t->v[i].length);
+    for (size_t i = 0; i < t->nzombies; i++) /* the pool is closing: no copy runs */
+        if (!t->zombies[i].mapped)
+            munmap(t->zombies[i].at, t->zombies[i].length);
     for (size_t k = 0; k < t->nviews; k++) /* the mapped copies are in these */
         munmap(t->views[k].start, t->views[k].len);
     if (t->v)
