@@ -150,7 +150,7 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
             key_too = false;
             nops--;
         }
-        if (e == want)
+        if (log_op(e) == want) /* a quarantine mark is newer than its allocation */
             return;
         if ((cur_hdr & logmask) != (h & logmask))
             return;
@@ -256,6 +256,7 @@ const char *const crash_point_names[CP_COUNT] = {
     [CP_MULTI_PART] = "multi-part",
     [CP_MULTI_FREE_PART] = "multi-free-part",
     [CP_FREE_REVOKED] = "free-revoked",
+    [CP_FREE_QUARANTINED] = "free-quarantined",
     [CP_FLUSH_READ] = "flush-read",
     [CP_ALLOC_DONE] = "alloc-done",
 };
