@@ -153,9 +153,18 @@ struct key_read {
     uint64_t chunk;
     unsigned log2c;
     uint64_t key;
+    /* the block's full log entry, read in the commit's own round trip
+     * (right after the header CAS): the commit's flush starts from it */
+    bool entry_read;
+    uint64_t entry;
 };
 extern _Thread_local struct key_read log_key_read;
 void log_commit_span(struct node *n, uint64_t s, uint64_t h);
+/* node_alloc's commit CAS on span header s (hv -> nv) for the block
+ * (chunk, log2c): in the same round trip it reads the block's log entry
+ * and key (log_key_read). Returns like tp_cas. */
+int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, uint64_t *old,
+                        uint64_t chunk, unsigned log2c);
 void log_commit_section(struct node *n, uint64_t x, uint64_t h);
 /* Flush unconditionally, ignoring which values this client saw flushed
  * (the verifier: a value can recur). */
