@@ -354,12 +354,16 @@ static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t c
         if (rc)
             return rc;
         if (ops[0].old == cap) {
-            /* ours; a mark that did not land (cannot happen while the block
-             * is allocated: nobody else writes its entry) is set again */
+            /* ours. The mark CAS fails when a concurrent free of the same
+             * block (which lost the key CAS) set it first, or when the
+             * allocation's own flush landed only now (the checks read an
+             * older entry): mark what is there then. */
             uint64_t cur = ops[1].old;
-            while (cur == e) {
-                int r = tp_cas(n->tp, log_off(n, chunk), e, e | LOG_QUARANTINE, &cur);
-                if (r != 0)
+            for (int i = 0; i < 8 && cur != e && !(cur & LOG_QUARANTINE) && log_valid(cur) &&
+                            log_alloc(cur) && log_log2(cur) == log2c;
+                 i++) {
+                uint64_t seen = cur;
+                if (tp_cas(n->tp, log_off(n, chunk), seen, seen | LOG_QUARANTINE, &cur) != 0)
                     break;
             }
             remember_quarantined(n, chunk, log2c);

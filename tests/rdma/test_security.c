@@ -195,15 +195,21 @@ Test(security, freed_key_dies_before_reuse)
 }
 
 /* Many threads free and allocate the same few blocks: whenever a block is
- * handed out, every key it had before must already be refused by the NIC
- * (its quarantine ended only after its old window was destroyed). */
+ * handed out, the key it had in its last allocation must already be
+ * refused by the NIC (its quarantine ended only after its old window was
+ * destroyed). Each refusal costs the attacker a reconnect, so only the
+ * last key of each block is tried (earlier ones were tried at earlier
+ * reuses). */
 #define REUSE_THREADS 4
-#define REUSE_ROUNDS 40
+#define REUSE_ROUNDS 12
 #define REUSE_HELD 3
+#define REUSE_SLOTS 256
 static pthread_mutex_t reuse_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct { uint64_t addr; uint32_t rkey; } reuse_old[4096];
-static unsigned reuse_nold, reuse_checked;
+static struct { uint64_t addr; uint32_t rkey; } reuse_last[REUSE_SLOTS];
+static unsigned reuse_checked;
 static fmem_pool *reuse_pool;
+
+static unsigned reuse_slot(uint64_t addr) { return (unsigned)((addr >> 12) % REUSE_SLOTS); }
 
 static void *reuse_worker(void *arg)
 {
@@ -213,28 +219,24 @@ static void *reuse_worker(void *arg)
         fmem_handle h[REUSE_HELD];
         for (int i = 0; i < REUSE_HELD; i++) {
             cr_assert_eq(fmem_alloc(reuse_pool, 4096, &h[i]), 0);
-            /* the keys this block had before */
-            uint32_t old[64];
-            unsigned nold = 0;
             pthread_mutex_lock(&reuse_mu);
-            for (unsigned k = 0; k < reuse_nold && nold < 64; k++)
-                if (reuse_old[k].addr == h[i].addr && reuse_old[k].rkey != h[i].rkey)
-                    old[nold++] = reuse_old[k].rkey;
+            unsigned sl = reuse_slot(h[i].addr);
+            uint32_t old = reuse_last[sl].addr == h[i].addr ? reuse_last[sl].rkey : 0;
+            if (old)
+                reuse_checked++;
             pthread_mutex_unlock(&reuse_mu);
-            for (unsigned k = 0; k < nold; k++)
-                refused(t, data(t, &h[i]), old[k], "a key of the block's earlier allocation");
+            if (old) {
+                cr_assert_neq(old, h[i].rkey, "a reused block must get a new key");
+                refused(t, data(t, &h[i]), old, "the key of the block's last allocation");
+            }
             uint64_t got;
             cr_assert_eq(peek(t, data(t, &h[i]), h[i].rkey, &got), 0, "the new key");
-            pthread_mutex_lock(&reuse_mu);
-            reuse_checked += nold;
-            pthread_mutex_unlock(&reuse_mu);
         }
         for (int i = 0; i < REUSE_HELD; i++) {
             pthread_mutex_lock(&reuse_mu);
-            if (reuse_nold < sizeof reuse_old / sizeof reuse_old[0]) {
-                reuse_old[reuse_nold].addr = h[i].addr;
-                reuse_old[reuse_nold++].rkey = h[i].rkey;
-            }
+            unsigned sl = reuse_slot(h[i].addr);
+            reuse_last[sl].addr = h[i].addr;
+            reuse_last[sl].rkey = h[i].rkey;
             pthread_mutex_unlock(&reuse_mu);
             cr_assert_eq(fmem_free(reuse_pool, &h[i]), 0);
         }
