@@ -18,6 +18,11 @@
  * must fail.
  *
  *   fmem-mwbench [--dev NAME] [--iters N] [--warmup N] [--json]
+ *   fmem-mwbench [--dev NAME] --check
+ *
+ * --check measures nothing: it asserts which queue pair a window's key
+ * works from (type 1: any; type 2B: only the one that bound it) and that an
+ * invalidated type-2B key is refused (see run_checks).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -44,6 +49,8 @@ struct ctx {
     struct ibv_pd *pd;
     struct ibv_cq *cq;
     struct ibv_qp *qp;
+    struct ibv_qp *qp2; /* another loopback QP in the same PD (--check) */
+    struct ibv_port_attr pa;
     uint8_t port;
     int gid_index; /* -1: no GRH (InfiniBand, LID routed) */
     bool mw1_ok, mw2_ok;
@@ -56,7 +63,7 @@ struct ctx {
 
 struct row {
     size_t size;
-    struct stat_ns mr, mr_reg, mr_dereg, mw1, mw2_bind, mw2_inv;
+    struct stat_ns mr, mr_reg, mr_dereg, mw1, mw1_rev, mw2_bind, mw2_inv;
     bool check_mw1, check_mw2;
 };
 
@@ -162,6 +169,57 @@ static void open_device(struct ctx *c, const char *name)
     ibv_free_device_list(list);
 }
 
+/* An RC queue pair connected to itself (loopback on the same port). */
+static struct ibv_qp *loop_qp(struct ctx *c)
+{
+    struct ibv_qp *qp;
+    struct ibv_qp_init_attr qa = {
+        .send_cq = c->cq, .recv_cq = c->cq, .qp_type = IBV_QPT_RC,
+        .cap = { .max_send_wr = 8, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+    };
+    if (!(qp = ibv_create_qp(c->pd, &qa)))
+        die("ibv_create_qp");
+
+    /* connect the QP to itself: RESET -> INIT -> RTR -> RTS */
+    struct ibv_qp_attr a = {
+        .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = c->port,
+        .qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+    };
+    if ((errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+        die("ibv_modify_qp INIT");
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = c->pa.active_mtu;
+    a.dest_qp_num = qp->qp_num;
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.port_num = c->port;
+    if (c->gid_index >= 0) {
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
+        a.ah_attr.grh.hop_limit = 64;
+        if ((errno = ibv_query_gid(c->verbs, c->port, c->gid_index, &a.ah_attr.grh.dgid)))
+            die("ibv_query_gid");
+    } else {
+        a.ah_attr.dlid = c->pa.lid;
+    }
+    if ((errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
+        die("ibv_modify_qp RTR");
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn = 0;
+    a.max_rd_atomic = 1;
+    if ((errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                              IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+        die("ibv_modify_qp RTS");
+    return qp;
+}
+
 static void setup(struct ctx *c)
 {
     struct ibv_device_attr da;
@@ -197,50 +255,8 @@ static void setup(struct ctx *c)
         die("ibv_alloc_pd");
     if (!(c->cq = ibv_create_cq(c->verbs, 16, NULL, NULL, 0)))
         die("ibv_create_cq");
-    struct ibv_qp_init_attr qa = {
-        .send_cq = c->cq, .recv_cq = c->cq, .qp_type = IBV_QPT_RC,
-        .cap = { .max_send_wr = 8, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
-    };
-    if (!(c->qp = ibv_create_qp(c->pd, &qa)))
-        die("ibv_create_qp");
-
-    /* connect the QP to itself: RESET -> INIT -> RTR -> RTS */
-    struct ibv_qp_attr a = {
-        .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = c->port,
-        .qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
-    };
-    if ((errno = ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-        die("ibv_modify_qp INIT");
-    memset(&a, 0, sizeof a);
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = pa.active_mtu;
-    a.dest_qp_num = c->qp->qp_num;
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.port_num = c->port;
-    if (c->gid_index >= 0) {
-        a.ah_attr.is_global = 1;
-        a.ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
-        a.ah_attr.grh.hop_limit = 64;
-        if ((errno = ibv_query_gid(c->verbs, c->port, c->gid_index, &a.ah_attr.grh.dgid)))
-            die("ibv_query_gid");
-    } else {
-        a.ah_attr.dlid = pa.lid;
-    }
-    if ((errno = ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
-        die("ibv_modify_qp RTR");
-    memset(&a, 0, sizeof a);
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    if ((errno = ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                              IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
-        die("ibv_modify_qp RTS");
+    c->pa = pa;
+    c->qp = loop_qp(c);
 
     /* plain aligned memory, no transparent huge pages, touched once */
     char **bufs[] = { &c->buf_mr, &c->buf_mw, &c->buf_chk };
@@ -311,7 +327,15 @@ static void inv_mw2(struct ctx *c, uint32_t rkey)
 
 /* RDMA READ of the last CHECK_LEN bytes of a window of `size` bytes through
  * `rkey`; returns the completion status (data compared when it succeeded) */
+static enum ibv_wc_status read_on(struct ctx *c, struct ibv_qp *qp, uint32_t rkey, size_t size,
+                                  bool *same);
 static enum ibv_wc_status read_through(struct ctx *c, uint32_t rkey, size_t size, bool *same)
+{
+    return read_on(c, c->qp, rkey, size, same);
+}
+
+static enum ibv_wc_status read_on(struct ctx *c, struct ibv_qp *qp, uint32_t rkey, size_t size,
+                                  bool *same)
 {
     memset(c->buf_chk, 0, CHECK_LEN);
     struct ibv_sge sge = { .addr = (uintptr_t)c->buf_chk, .length = CHECK_LEN, .lkey = c->mr_chk->lkey };
@@ -320,7 +344,9 @@ static enum ibv_wc_status read_through(struct ctx *c, uint32_t rkey, size_t size
         .send_flags = IBV_SEND_SIGNALED,
         .wr.rdma = { .remote_addr = (uintptr_t)c->buf_mw + size - CHECK_LEN, .rkey = rkey },
     };
-    post(c, &wr, "ibv_post_send RDMA_READ");
+    struct ibv_send_wr *bad;
+    if ((errno = ibv_post_send(qp, &wr, &bad)))
+        die("ibv_post_send RDMA_READ");
     enum ibv_wc_status st = wait_wc(c, WR_READ);
     *same = st == IBV_WC_SUCCESS && memcmp(c->buf_chk, c->buf_mw + size - CHECK_LEN, CHECK_LEN) == 0;
     return st;
@@ -328,7 +354,7 @@ static enum ibv_wc_status read_through(struct ctx *c, uint32_t rkey, size_t size
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: fmem-mwbench [--dev NAME] [--iters N] [--warmup N] [--json]\n"
+    fprintf(f, "usage: fmem-mwbench [--dev NAME] [--iters N] [--warmup N] [--json] | --check\n"
                "  --dev NAME   RDMA device (default: the first one)\n"
                "  --iters N    measured operations per size and kind (default 1000)\n"
                "  --warmup N   unmeasured operations before them (default iters/10, at most 100)\n"
@@ -366,8 +392,63 @@ static void json_stat(const char *name, const struct stat_ns *s, bool last)
            us(s->mean), last ? "" : ",");
 }
 
+/* --check: what the device enforces for the queue pair of a window. Type 1
+ * is bound to no QP; a type-2B window is bound to the QP that posted its
+ * bind, and the responder of another QP must refuse its key (rxe checks
+ * this in rxe_lookup_mw). Each expected refusal uses a QP of its own (a
+ * refused request moves the requester to the error state). Exit status 1
+ * if the device does something else. */
+static int run_checks(struct ctx *c)
+{
+    int bad = 0;
+    bool same;
+    enum ibv_wc_status st;
+    struct ibv_qp *other = loop_qp(c), *other2 = loop_qp(c);
+    if (c->mw1_ok) {
+        struct ibv_mw *mw = ibv_alloc_mw(c->pd, IBV_MW_TYPE_1);
+        if (!mw)
+            die("ibv_alloc_mw type 1");
+        bind_mw1(c, mw, 4096);
+        st = read_on(c, c->qp, mw->rkey, 4096, &same);
+        printf("type 1: key from the binding QP: %s\n", same ? "works" : ibv_wc_status_str(st));
+        bad += !same;
+        st = read_on(c, other, mw->rkey, 4096, &same);
+        printf("type 1: key from another QP: %s (type-1 windows are bound to no QP)\n",
+               same ? "works" : ibv_wc_status_str(st));
+        bad += !same;
+        ibv_dealloc_mw(mw);
+    } else {
+        printf("type 1: skipped: %s\n", c->mw1_why);
+    }
+    if (c->mw2_ok) {
+        struct ibv_mw *mw = ibv_alloc_mw(c->pd, IBV_MW_TYPE_2);
+        if (!mw)
+            die("ibv_alloc_mw type 2");
+        uint32_t k = ibv_inc_rkey(mw->rkey);
+        bind_mw2(c, mw, k, 4096);
+        st = read_on(c, c->qp, k, 4096, &same);
+        printf("type 2B: key from the QP it is bound to: %s\n", same ? "works" : ibv_wc_status_str(st));
+        bad += !same;
+        st = read_on(c, other, k, 4096, &same);
+        printf("type 2B: key from another QP of the same PD: %s\n",
+               st == IBV_WC_SUCCESS ? "WORKS (not enforced)" : ibv_wc_status_str(st));
+        bad += st == IBV_WC_SUCCESS;
+        inv_mw2(c, k);
+        st = read_on(c, other2, k, 4096, &same);
+        printf("type 2B: key after a local invalidate: %s\n",
+               st == IBV_WC_SUCCESS ? "WORKS (not invalidated)" : ibv_wc_status_str(st));
+        bad += st == IBV_WC_SUCCESS;
+        ibv_dealloc_mw(mw);
+    } else {
+        printf("type 2B: skipped: %s\n", c->mw2_why);
+    }
+    printf("fmem-mwbench --check: %s\n", bad ? "FAILED" : "as expected");
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    bool check = false;
     const char *dev = NULL;
     long iters = 1000, warmup = -1;
     bool json = false;
@@ -380,6 +461,8 @@ int main(int argc, char **argv)
             warmup = parse_count("--warmup", argv[++i], 0);
         else if (!strcmp(argv[i], "--json"))
             json = true;
+        else if (!strcmp(argv[i], "--check"))
+            check = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -395,6 +478,8 @@ int main(int argc, char **argv)
     memset(&c, 0, sizeof c);
     open_device(&c, dev);
     setup(&c);
+    if (check)
+        return run_checks(&c);
 
     struct ibv_mw *mw1 = NULL, *mw2 = NULL;
     if (c.mw1_ok && !(mw1 = ibv_alloc_mw(c.pd, IBV_MW_TYPE_1))) {
@@ -447,6 +532,18 @@ int main(int argc, char **argv)
                 t_mw1[k] = now_ns() - t0;
             }
             r->mw1 = samples_summarize(t_mw1 + warmup, (size_t)iters);
+            /* what fmem's memory node does to kill a type-1 key: destroy
+             * the window and bind a fresh one (a re-bind would keep its
+             * index and change only the low key byte) */
+            for (size_t k = 0; k < total; k++) {
+                uint64_t t0 = now_ns();
+                ibv_dealloc_mw(mw1);
+                if (!(mw1 = ibv_alloc_mw(c.pd, IBV_MW_TYPE_1)))
+                    die("ibv_alloc_mw type 1");
+                bind_mw1(&c, mw1, size);
+                t_mw1[k] = now_ns() - t0;
+            }
+            r->mw1_rev = samples_summarize(t_mw1 + warmup, (size_t)iters);
             bool same;
             enum ibv_wc_status st = read_through(&c, mw1->rkey, size, &same);
             if (!same) {
@@ -519,6 +616,7 @@ int main(int argc, char **argv)
             json_stat("mr_dereg", &r->mr_dereg, false);
             if (c.mw1_ok) {
                 json_stat("mw1_bind", &r->mw1, false);
+                json_stat("mw1_revoke", &r->mw1_rev, false);
                 printf("\"ratio_mr_mw1\":%.2f,", r->mr.median / r->mw1.median);
             }
             if (c.mw2_ok) {
@@ -560,6 +658,20 @@ int main(int argc, char **argv)
         }
         printf("%8s  %10.2f %10.2f  %9s %9s  %9s %9s  %8s %8s\n", sz, us(r->mr.median), us(r->mr.p99), m1[0],
                m1[1], m2[0], m2[1], q[0], q[1]);
+    }
+    if (c.mw1_ok || c.mw2_ok) {
+        printf("revoking a key and making the block reachable again, medians: type 1 (destroy,\n"
+               "  allocate, bind: what fmem's memory node does) vs type 2B (local invalidate + bind):");
+        for (size_t si = 0; si < NSIZES; si++) {
+            char sz[24], a[16] = "-", b[16] = "-";
+            print_size(sz, sizeof sz, rows[si].size);
+            if (c.mw1_ok)
+                snprintf(a, sizeof a, "%.2f", us(rows[si].mw1_rev.median));
+            if (c.mw2_ok)
+                snprintf(b, sizeof b, "%.2f", us(rows[si].mw2_inv.median + rows[si].mw2_bind.median));
+            printf("%s %s %s vs %s", si ? "," : "", sz, a, b);
+        }
+        printf("\n");
     }
     printf("MR reg / dereg medians:");
     for (size_t si = 0; si < NSIZES; si++) {

@@ -1,6 +1,7 @@
 /* alloc.c - front end of the protocol on one node: pick the layer by size,
  * hand out and check capability keys, and order a free so that the old key
  * dies before the block can be handed to anyone else. */
+#include <stdlib.h>
 #include <time.h>
 
 #include "crashpoint.h"
@@ -39,6 +40,8 @@ static int give_key(struct node *n, uint64_t off, uint64_t *cap)
     return 0;
 }
 
+static bool wait_quarantined(struct node *n);
+
 int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
 {
     unsigned fails = 0;
@@ -52,6 +55,14 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
         rc = span_alloc(n, log2c - 5, chunk, &fails);
     else
         rc = multi_alloc(n, log2c - 9, chunk, &fails);
+    if (rc == FMEM_ENOMEM && (UINT64_C(1) << log2c) <= n->g.nchunks && wait_quarantined(n)) { /* our own frees may be pending */
+        if (log2c <= 4)
+            rc = chunk_alloc(n, log2c, chunk, &fails);
+        else if (log2c <= 9)
+            rc = span_alloc(n, log2c - 5, chunk, &fails);
+        else
+            rc = multi_alloc(n, log2c - 9, chunk, &fails);
+    }
     node_last_retries = fails;
     struct key_read kr = log_key_read;
     log_key_read.armed = false;
@@ -242,6 +253,154 @@ static int revoke(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, 
     }
 }
 
+/* ---- quarantine ------------------------------------------------------------
+ * Over verbs the old key of a freed block dies only when the memory node
+ * destroys its window. Instead of waiting for that, a free commits with one
+ * round trip: it promotes the backup key (CAS on the key entry), marks the
+ * block's log entry quarantined (CAS) and rings the doorbell. The block
+ * stays allocated in its layer, so no allocator can take it; the
+ * regenerator destroys the old window, binds a new backup and only then
+ * frees the block in its layer (node_quarantine_finish). The key CAS comes
+ * first in the chain, so a marked entry always has its key revoked, and a
+ * marked entry whose key entry has a backup again has a dead old key.
+ * Blocks of whole sections (several log entries) are not quarantined. */
+bool fmem_quarantine_local;
+
+/* Tests of programs linked to the shared library: FMEM_QUARANTINE_LOCAL=1 */
+static bool quarantine_env(void)
+{
+    static _Atomic int v = -1;
+    if (atomic_load_explicit(&v, memory_order_relaxed) < 0) {
+        const char *e = getenv("FMEM_QUARANTINE_LOCAL");
+        atomic_store_explicit(&v, e && *e == '1', memory_order_relaxed);
+    }
+    return atomic_load_explicit(&v, memory_order_relaxed) == 1;
+}
+
+static bool quarantines(const struct node *n, unsigned log2c)
+{
+    return log2c <= 9 && !n->log_none &&
+           (n->tp->wkeys_off || fmem_quarantine_local || quarantine_env());
+}
+
+static void remember_quarantined(struct node *n, uint64_t chunk, unsigned log2c)
+{
+    unsigned i = atomic_fetch_add(&n->qnext, 1) % NODE_QRING;
+    atomic_store(&n->quarantined[i], ((chunk << 6) | log2c) + 1);
+}
+
+/* After an allocation found no room: wait (at most WK_WAIT_NS) until the
+ * blocks this client quarantined are free in their layers. True if there
+ * were any, so that trying again may succeed. */
+static bool wait_quarantined(struct node *n)
+{
+    bool any = false;
+    uint64_t end = tp_now_ns() + WK_WAIT_NS;
+    for (unsigned i = 0; i < NODE_QRING; i++) {
+        uint64_t q = atomic_load(&n->quarantined[i]), e;
+        if (!q)
+            continue;
+        uint64_t chunk = (q - 1) >> 6;
+        unsigned log2c = (q - 1) & 63;
+        for (;;) {
+            if (chunk >= n->g.nchunks || tp_read(n->tp, log_off(n, chunk), &e, 8) < 0)
+                break;
+            if (!log_quarantined(e) || log_log2(e) != log2c)
+                break;
+            any = true;
+            if (tp_now_ns() > end)
+                return any;
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+        atomic_compare_exchange_strong(&n->quarantined[i], &q, 0);
+        any = true;
+    }
+    if (any)
+        node_refresh_all(n);
+    return any;
+}
+
+/* Commit the free of an allocated block whose key entry was `cap` and log
+ * entry `e` (checked by the caller). */
+static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, uint64_t e)
+{
+    uint64_t off = key_off(n, chunk, log2c), bell = 0;
+    bool wk = n->tp->wkeys_off != 0;
+    for (;;) {
+        uint64_t next;
+        if (wk) {
+            if (cap_backup(cap) == 0) { /* no backup window yet (a recovery's
+                                         * free just took it): wait for one */
+                int rc = wk_ring(n, off);
+                if (rc == 0)
+                    rc = wk_wait_change(n, off, cap, &cap);
+                if (rc)
+                    return rc;
+                continue;
+            }
+            next = cap_make(cap_backup(cap), 0);
+        } else {
+            next = revoked_cap(n, cap);
+        }
+        struct tp_op ops[3] = {
+            {.kind = TP_CAS, .off = off, .expect = cap, .desired = next},
+            {.kind = TP_CAS, .off = log_off(n, chunk), .expect = e, .desired = e | LOG_QUARANTINE},
+            {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8},
+        };
+        if (wk)
+            bell = wk_bell(n, off);
+        int rc = tp_batch(n->tp, ops, wk ? 3 : 2);
+        if (rc)
+            return rc;
+        if (ops[0].old == cap) {
+            /* ours. The mark CAS fails when a concurrent free of the same
+             * block (which lost the key CAS) set it first, or when the
+             * allocation's own flush landed only now (the checks read an
+             * older entry): mark what is there then. */
+            uint64_t cur = ops[1].old;
+            for (int i = 0; i < 8 && cur != e && !(cur & LOG_QUARANTINE) && log_valid(cur) &&
+                            log_alloc(cur) && log_log2(cur) == log2c;
+                 i++) {
+                uint64_t seen = cur;
+                if (tp_cas(n->tp, log_off(n, chunk), seen, seen | LOG_QUARANTINE, &cur) != 0)
+                    break;
+            }
+            remember_quarantined(n, chunk, log2c);
+            return 0;
+        }
+        if (cap_main(ops[0].old) != cap_main(cap))
+            return FMEM_EDOUBLEFREE; /* a concurrent free of the same block won */
+        cap = ops[0].old;
+    }
+}
+
+int node_quarantine_finish(struct node *n, uint64_t chunk, unsigned log2c)
+{
+    if (!block_ok(n, chunk, log2c) || log2c > 9)
+        return FMEM_EBADHANDLE;
+    uint64_t h, e;
+    struct tp_op ops[2] = {
+        {.kind = TP_READ, .off = state_off(n, chunk, log2c), .buf = &h, .len = 8},
+        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
+    };
+    int rc = tp_batch(n->tp, ops, 2);
+    if (rc)
+        return rc;
+    if (!log_quarantined(e) || log_log2(e) != log2c || log_layer(e) != layer_of(log2c))
+        return 0;
+    if (!block_allocated(h, chunk, log2c)) {
+        /* freed in its layer by an earlier finish that died before its
+         * flush: the header's log replaces the mark */
+        if (log2c <= 4)
+            log_flush_span(n, chunk / CHUNKS_PER_SPAN, h);
+        else
+            log_flush_section(n, chunk / CHUNKS_PER_SECTION, h);
+        return 0;
+    }
+    return layer_free(n, chunk, log2c, log_uid(e), &h);
+}
+
 int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
     if (!block_ok(n, chunk, log2c))
@@ -260,9 +419,20 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
      * exists with another size: the handle is wrong, not stale */
     if (!block_allocated(h, chunk, log2c))
         return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
+    if (!n->log_none && log_quarantined(e))
+        return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
     rc = judge(n, chunk, log2c, rkey, cap, e);
     if (rc)
         return rc;
+    if (quarantines(n, log2c)) {
+        rc = quarantine(n, chunk, log2c, cap, e);
+        if (rc)
+            return rc;
+        CRASH_POINT(CP_FREE_QUARANTINED);
+        if (n->tp->wkeys_off)
+            return 0; /* the memory node finishes it */
+        return node_quarantine_finish(n, chunk, log2c); /* shm: the key is dead */
+    }
     rc = revoke(n, chunk, log2c, cap, false);
     if (rc)
         return rc;

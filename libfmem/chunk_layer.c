@@ -124,7 +124,7 @@ static int try_span(struct node *n, uint64_t s, unsigned k, unsigned *fails, uin
         uint64_t nv = h_with_lo(hv, h_lo(hv) | run_mask((unsigned)off, 1u << k));
         nv = h_with_retry(h_with_log(nv, (unsigned)off, k, ts, n->uid), retry_level(here));
         uint64_t old;
-        int r = tp_cas(n->tp, span_hdr_off(n, s), hv, nv, &old);
+        int r = log_commit_cas_span(n, s, hv, nv, &old, s * CHUNKS_PER_SPAN + (unsigned)off, k);
         if (r < 0)
             return r;
         if (r == 1) {

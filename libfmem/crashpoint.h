@@ -19,6 +19,8 @@ enum crash_point {
     CP_FREE_REVOKED,        /* key revoked, free not yet committed */
     CP_FLUSH_READ,          /* full log entry read, flush CAS not yet issued */
     CP_ALLOC_DONE,          /* committed and flushed, key not yet read */
+    CP_FREE_QUARANTINED,    /* free committed (key revoked, block quarantined),
+                             * block not yet freed in its layer */
     CP_COUNT
 };
 

@@ -109,6 +109,15 @@ static inline uint64_t log_make(bool alloc, unsigned layer, unsigned log2_chunks
            ((uint64_t)(log2_chunks & 63) << 4) | ((uint64_t)(ts & TS_MASK) << 10) |
            ((uint64_t)(uid & UID_MASK) << 17);
 }
+/* Bit 31 of an allocation entry: the block is quarantined. Its owner freed
+ * it (the free is committed) but its old key may still work: the block
+ * stays allocated in its layer's header, where allocators skip it, until
+ * whoever kills the key (the memory node's regenerator over verbs) frees
+ * it in the layer. Only chunk- and span-layer blocks are quarantined. */
+#define LOG_QUARANTINE (UINT64_C(1) << 31)
+static inline bool log_quarantined(uint64_t e) { return (e & 3) == 3 && (e & LOG_QUARANTINE); }
+/* The entry as the operation wrote it, without the quarantine mark. */
+static inline uint64_t log_op(uint64_t e) { return e & ~LOG_QUARANTINE; }
 static inline bool log_valid(uint64_t e) { return e & 1; }
 static inline bool log_alloc(uint64_t e) { return (e >> 1) & 1; }
 static inline unsigned log_layer(uint64_t e) { return (e >> 2) & 3; }

@@ -18,6 +18,7 @@
 
 #define RETRY_LOW 3   /* below: a contended span/section becomes normal */
 #define RETRY_HIGH 10 /* above: it is marked contended */
+#define NODE_QRING 64
 
 struct node {
     struct transport *tp;
@@ -44,6 +45,10 @@ struct node {
     _Atomic uint64_t *span_flushed;
     _Atomic uint64_t *sec_flushed;
     _Atomic uint64_t rng;
+    /* the last blocks this client quarantined ((chunk << 6 | log2) + 1, 0
+     * empty): an allocation that finds no room waits for them (alloc.c) */
+    _Atomic uint64_t quarantined[NODE_QRING];
+    _Atomic unsigned qnext;
 };
 
 /* Region offsets. */
@@ -113,6 +118,14 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rke
 int node_free_as(struct node *n, uint64_t chunk, unsigned log2_chunks, unsigned uid);
 /* Free section x alone, one part of a multi-section block (recovery). */
 int node_free_section_as(struct node *n, uint64_t x, unsigned p, unsigned uid);
+/* Quarantine (layout.h, LOG_QUARANTINE): over verbs a free commits by
+ * revoking the key and marking the block's log entry; the memory node's
+ * regenerator, once the old window is destroyed, frees the block in its
+ * layer with this. 0 also when there was nothing to do. */
+int node_quarantine_finish(struct node *n, uint64_t chunk, unsigned log2_chunks);
+/* Tests: quarantine frees on shm pools too (the freeing client finishes
+ * them at once, its key being dead already). */
+extern bool fmem_quarantine_local;
 /* 0 if (chunk, log2, rkey) names a live allocation, else FMEM_E*. */
 int node_check_access(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rkey);
 
@@ -140,9 +153,18 @@ struct key_read {
     uint64_t chunk;
     unsigned log2c;
     uint64_t key;
+    /* the block's full log entry, read in the commit's own round trip
+     * (right after the header CAS): the commit's flush starts from it */
+    bool entry_read;
+    uint64_t entry;
 };
 extern _Thread_local struct key_read log_key_read;
 void log_commit_span(struct node *n, uint64_t s, uint64_t h);
+/* node_alloc's commit CAS on span header s (hv -> nv) for the block
+ * (chunk, log2c): in the same round trip it reads the block's log entry
+ * and key (log_key_read). Returns like tp_cas. */
+int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, uint64_t *old,
+                        uint64_t chunk, unsigned log2c);
 void log_commit_section(struct node *n, uint64_t x, uint64_t h);
 /* Flush unconditionally, ignoring which values this client saw flushed
  * (the verifier: a value can recur). */

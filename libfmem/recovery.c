@@ -57,6 +57,17 @@ static void free_entry(struct node *n, uint64_t c, uint64_t e, fmem_recovery_sta
     unsigned k = log_log2(e), uid = log_uid(e);
     int rc;
     uint64_t bytes;
+    if (log_quarantined(e)) {
+        /* freed already: over verbs the memory node finishes it once the
+         * old key is dead (reclaim waits for that); elsewhere the key died
+         * with the free, and the user who would have finished it is gone */
+        if (n->tp->wkeys_off)
+            return;
+        rc = node_quarantine_finish(n, c, k);
+        if (rc == 0)
+            st->quarantined_finished++;
+        return;
+    }
     if (log_layer(e) == LAYER_SECTION) {
         /* each section of a multi-section block has its own entry */
         rc = node_free_section_as(n, c / CHUNKS_PER_SECTION, k - 9, uid);
@@ -100,6 +111,13 @@ int64_t node_walk_allocs(struct node *n, unsigned uid,
     return rc;
 }
 
+static void count_quarantined(struct node *n, uint64_t chunk, uint64_t e, void *left)
+{
+    (void)n, (void)chunk;
+    if (log_quarantined(e))
+        ++*(uint64_t *)left;
+}
+
 static void free_found(struct node *n, uint64_t chunk, uint64_t e, void *st)
 {
     free_entry(n, chunk, e, st);
@@ -117,6 +135,17 @@ static int reclaim(struct node *n, unsigned uid, fmem_recovery_stats *st)
     if (scanned < 0)
         return (int)scanned;
     st->entries_scanned += (uint64_t)scanned;
+    /* over verbs: the memory node frees uid's quarantined blocks once their
+     * keys are dead; wait for that (a few ms), so that what recovery
+     * returns is free when it returns */
+    for (int i = 0; n->tp->wkeys_off && i < 5000; i++) {
+        uint64_t left = 0;
+        int64_t r = node_walk_allocs(n, uid, count_quarantined, &left);
+        if (r < 0 || left == 0)
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
     return 0;
 }
 

@@ -138,11 +138,24 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
     size_t nops = section_domain ? 3 : 2;
     /* the commit of node_alloc's own allocation: read the block's key too */
     bool key_too = commit && log_key_read.armed && t->alloc && t->layer != LAYER_SECTION;
+    /* the commit CAS read the entry and key already (log_commit_cas_span):
+     * the header then held this very log */
+    bool have = commit && log_key_read.armed && log_key_read.entry_read &&
+                log_key_read.chunk == t->chunk && log_key_read.log2c == t->log2_chunks &&
+                t->alloc && !section_domain;
+    if (have) {
+        log_key_read.entry_read = false;
+        key_too = false;
+        e = log_key_read.entry;
+        cur_hdr = h;
+    }
     if (key_too)
         ops[nops++] = (struct tp_op){.kind = TP_READ, .off = key_off(n, t->chunk, t->log2_chunks),
                                      .buf = &key, .len = 8};
     for (int tries = 0; tries < 64; tries++) {
-        if (tp_batch(n->tp, ops, nops) < 0)
+        if (have)
+            have = false;
+        else if (tp_batch(n->tp, ops, nops) < 0)
             return;
         if (key_too) {
             log_key_read = (struct key_read){.armed = true, .done = true, .chunk = t->chunk,
@@ -150,7 +163,7 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
             key_too = false;
             nops--;
         }
-        if (e == want)
+        if (log_op(e) == want) /* a quarantine mark is newer than its allocation */
             return;
         if ((cur_hdr & logmask) != (h & logmask))
             return;
@@ -200,6 +213,31 @@ void log_commit_span(struct node *n, uint64_t s, uint64_t h)
     if (t.valid && tlog_in_pool(n, &t))
         flush(n, &t, span_hdr_off(n, s), h, true);
     atomic_store_explicit(&n->span_flushed[s], h, memory_order_relaxed);
+}
+
+int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, uint64_t *old,
+                        uint64_t chunk, unsigned log2c)
+{
+    if (n->log_none || !log_key_read.armed)
+        return tp_cas(n->tp, span_hdr_off(n, s), hv, nv, old);
+    uint64_t e, key;
+    struct tp_op ops[3] = {
+        {.kind = TP_CAS, .off = span_hdr_off(n, s), .expect = hv, .desired = nv},
+        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
+        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &key, .len = 8},
+    };
+    int rc = tp_batch(n->tp, ops, 3);
+    if (rc < 0)
+        return rc;
+    *old = ops[0].old;
+    if (ops[0].old != hv)
+        return 0;
+    /* read after our CAS in the same chain: the block's entry before our
+     * flush, and its key (nobody changes the key of an allocated block
+     * but its free) */
+    log_key_read = (struct key_read){.armed = true, .done = true, .chunk = chunk, .log2c = log2c,
+                                     .key = key, .entry_read = true, .entry = e};
+    return 1;
 }
 
 void log_commit_section(struct node *n, uint64_t x, uint64_t h)
@@ -256,6 +294,7 @@ const char *const crash_point_names[CP_COUNT] = {
     [CP_MULTI_PART] = "multi-part",
     [CP_MULTI_FREE_PART] = "multi-free-part",
     [CP_FREE_REVOKED] = "free-revoked",
+    [CP_FREE_QUARANTINED] = "free-quarantined",
     [CP_FLUSH_READ] = "flush-read",
     [CP_ALLOC_DONE] = "alloc-done",
 };

@@ -109,12 +109,12 @@ static bool flush_pending(struct node *n, uint64_t x, const struct snap *sn)
         return false;
     for (unsigned j = 0; j < SPANS_PER_SECTION; j++) {
         uint64_t s = x * SPANS_PER_SECTION + j;
-        if (log_expected_span(s, sn->ph[j], &c, &want) && sn->log[c - base] != want) {
+        if (log_expected_span(s, sn->ph[j], &c, &want) && log_op(sn->log[c - base]) != want) {
             log_flush_span_now(n, s, sn->ph[j]);
             flushed = true;
         }
     }
-    if (log_expected_section(x, sn->sh, sn->ph, &c, &want) && sn->log[c - base] != want) {
+    if (log_expected_section(x, sn->sh, sn->ph, &c, &want) && log_op(sn->log[c - base]) != want) {
         log_flush_section_now(n, x, sn->sh);
         flushed = true;
     }

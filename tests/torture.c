@@ -207,7 +207,7 @@ int main(int argc, char **argv)
         spawn(s, seed * 7919 + (uint64_t)s);
         wait_ready(s);
     }
-    uint64_t r = seed | 1, rec_ns = 0, rec_blocks = 0, failures = 0;
+    uint64_t r = seed | 1, rec_ns = 0, rec_blocks = 0, failures = 0, rec_quarantined = 0;
     for (long k = 0; k < kills; k++) {
         usleep((useconds_t)(rng_next(&r) % 2000)); /* a random moment */
         int slot = (int)(rng_next(&r) % (uint64_t)workers);
@@ -215,6 +215,7 @@ int main(int argc, char **argv)
         failures += kill_and_recover(p, slot, &rs) != 0;
         rec_ns += rs.elapsed_ns;
         rec_blocks += rs.blocks_freed;
+        rec_quarantined += rs.quarantined_finished;
         spawn(slot, seed * 7919 + (uint64_t)k * 31 + (uint64_t)slot + 1000);
         wait_ready(slot);
         if ((k + 1) % 1000 == 0)
@@ -233,10 +234,10 @@ int main(int argc, char **argv)
     uint64_t doubles = atomic_load(&sh->doubles), errors = atomic_load(&sh->errors);
     bool clean = vr.errors == 0 && vr.claims_in_progress == 0;
     printf("torture: %llu worker operations, %llu blocks reclaimed, mean recovery %.2f ms, "
-           "%llu worker errors, %llu recovery failures\n",
+           "%llu worker errors, %llu recovery failures, %llu quarantined frees finished\n",
            (unsigned long long)ops, (unsigned long long)rec_blocks,
            kills ? rec_ns / 1e6 / (double)kills : 0.0, (unsigned long long)errors,
-           (unsigned long long)failures);
+           (unsigned long long)failures, (unsigned long long)rec_quarantined);
     printf("kills=%ld lost=%llu double=%llu verifier=%s\n", kills, (unsigned long long)lost,
            (unsigned long long)doubles, clean ? "clean" : "dirty");
     fmem_close(p);

@@ -28,7 +28,9 @@ typedef struct fmem_recovery_stats {
     uint64_t bytes_freed;
     uint64_t claims_cleared;  /* half-done span moves finished */
     uint64_t elapsed_ns;
-    uint64_t reserved[8];
+    uint64_t quarantined_finished; /* its frees that were committed but whose
+                                    * blocks were still quarantined, finished */
+    uint64_t reserved[7];
 } fmem_recovery_stats;
 
 /* Reclaim everything user `uid` owns on every node of the pool: flush all

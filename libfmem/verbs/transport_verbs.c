@@ -459,6 +459,13 @@ bool verbs_transport_fenced(struct transport *t)
     return atomic_load(&((struct verbs_transport *)t)->fenced);
 }
 
+void verbs_transport_set_keys(struct transport *t, uint32_t meta_rkey, uint32_t wk_rkey)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    v->w.meta_rkey = meta_rkey;
+    v->w.wk_rkey = wk_rkey;
+}
+
 uint32_t verbs_transport_mr_rkey(const struct transport *t)
 {
     return ((const struct verbs_transport *)t)->w.mr_rkey;

@@ -20,6 +20,9 @@ struct verbs_connect_params {
 };
 /* Connect to the memory node at host:port (librdmacm). */
 int verbs_transport_connect(const struct verbs_connect_params *p, struct transport **out);
+/* The memory node's own loopback connection, made before its windows were
+ * bound: use these keys for the metadata and the key table from now on. */
+void verbs_transport_set_keys(struct transport *t, uint32_t meta_rkey, uint32_t wk_rkey);
 /* The region key the memory node reported (it grants no remote access). */
 uint32_t verbs_transport_mr_rkey(const struct transport *t);
 /* Requests the NIC refused with a remote access error (the responder
@@ -46,6 +49,8 @@ struct verbs_server_stats {
     uint64_t passes;       /* scans of the window-key table */
     uint64_t regen_ns;     /* time spent in passes that found work */
     uint64_t setup_ns;     /* binding every window at start */
+    uint64_t quarantined;  /* freed blocks released from quarantine (their
+                            * old window destroyed, then freed in the layer) */
 };
 void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *st);
 /* The heartbeat word of user id `uid` (wkeys.h), 0 if never written. */

@@ -28,6 +28,7 @@
 
 #include "fmem.h"
 #include "layout.h"
+#include "node.h"
 #include "verbs/transport_verbs.h"
 #include "verbs/verbs_proto.h"
 #include "wkeys.h"
@@ -57,6 +58,7 @@ struct verbs_server {
     struct ibv_qp *_Atomic bind_qp; /* server side of the first loopback QP */
     struct ibv_cq *bind_cq;
     struct transport *local; /* loopback client: CAS through the NIC */
+    struct node *qnode;      /* the protocol over it: frees quarantined blocks */
     pthread_t regen;
     bool regen_started;
     /* services' connections by session, and the sessions fenced */
@@ -67,7 +69,7 @@ struct verbs_server {
     unsigned nfenced;
     atomic_int ready;        /* 1: windows bound; -1: setup failed */
     atomic_int stop;
-    _Atomic uint64_t windows, regenerated, passes, regen_ns, setup_ns;
+    _Atomic uint64_t windows, regenerated, passes, regen_ns, setup_ns, quarantined;
 };
 
 static uint64_t now_ns(void)
@@ -207,6 +209,51 @@ static int bind_all(struct verbs_server *s)
     return rc;
 }
 
+/* ---- quarantine (alloc.c) -------------------------------------------------
+ * A free leaves its block allocated and its log entry marked; once the old
+ * window of the block's entry is destroyed and the entry has a backup
+ * again, the regenerator frees the block in its layer through the
+ * protocol (NIC atomics over its loopback connection). It is the only one
+ * that does, so two finishes of one block cannot race. */
+
+/* The full log entry of chunk c, read by the CPU (a hint: the finish reads
+ * it again through the NIC). */
+static uint64_t log_word(const struct verbs_server *s, uint64_t c)
+{
+    const _Atomic uint64_t *log = (const _Atomic uint64_t *)((char *)s->pool->base +
+                                                             s->qnode->g.log_off);
+    return atomic_load_explicit(&log[c], memory_order_relaxed);
+}
+
+/* Free the block of entry e if it is quarantined and its old key is dead. */
+static void finish_entry(struct verbs_server *s, uint64_t e)
+{
+    uint64_t c;
+    unsigned k;
+    if (!s->qnode)
+        return;
+    entry_block(s, e, &c, &k);
+    uint64_t le = log_word(s, c);
+    if (k > 9 || !log_quarantined(le) || log_log2(le) != k)
+        return;
+    if (cap_backup(atomic_load(&s->wk[WK_HDR / 8 + e])) == 0)
+        return; /* the old window is not destroyed yet */
+    if (node_quarantine_finish(s->qnode, c, k) == 0)
+        atomic_fetch_add(&s->quarantined, 1);
+}
+
+/* Every quarantined block whose old window is dead (at start: all). */
+static void finish_all(struct verbs_server *s)
+{
+    if (!s->qnode)
+        return;
+    for (uint64_t c = 0; c < s->qnode->g.nchunks; c++) {
+        uint64_t le = log_word(s, c);
+        if (log_quarantined(le) && log_log2(le) <= 9 && !(c & ((UINT64_C(1) << log_log2(le)) - 1)))
+            finish_entry(s, wk_entry(s->nchunks, c, log_log2(le)));
+    }
+}
+
 /* One pass over entries [first, end): every entry whose backup a free took
  * gets a fresh backup; the window of the revoked key is destroyed first. */
 static uint64_t regen_pass(struct verbs_server *s, uint64_t first, uint64_t end)
@@ -247,6 +294,7 @@ static uint64_t regen_pass(struct verbs_server *s, uint64_t first, uint64_t end)
         for (size_t i = 0; i < n; i++) {
             if (ops[i].old == vals[i]) {
                 fixed++;
+                finish_entry(s, ents[i]); /* a freed block leaves quarantine */
             } else { /* changed meanwhile (cannot happen: nobody else fills
                       * backups); drop the window, the next pass retries */
                 ibv_dealloc_mw(s->mw[ents[i]][slot[i]]);
@@ -281,6 +329,11 @@ static void *regen_main(void *arg)
         atomic_store(&s->ready, -1);
         return NULL;
     }
+    /* the loopback connection was made before the windows existed */
+    verbs_transport_set_keys(s->local, s->meta_mw->rkey, s->wk_mw->rkey);
+    if (node_open_user(s->local, false, NODE_NO_USER, 0, &s->qnode))
+        say("cannot run the protocol over loopback: freed blocks stay quarantined%s", "", 0);
+    finish_all(s); /* quarantined before a restart: every old window is gone */
     atomic_store(&s->ready, 1);
     uint64_t bell = atomic_load(&s->wk[0]), last = now_ns();
     while (!atomic_load(&s->stop)) {
@@ -289,11 +342,16 @@ static void *regen_main(void *arg)
             /* the entry the doorbell names first (its free is waiting),
              * then everything: two rings in a row leave one hint */
             uint64_t hint = b & ((UINT64_C(1) << WK_BELL_SHIFT) - 1);
-            if (b != bell && hint && hint <= s->nentries)
+            bool idle = b == bell; /* the periodic scan */
+            if (b != bell && hint && hint <= s->nentries) {
                 regen_pass(s, hint - 1, hint);
+                finish_entry(s, hint - 1); /* its mark may have landed late */
+            }
             bell = b;
             last = t;
             regen_pass(s, 0, s->nentries);
+            if (idle) /* marks that landed after their entry's pass */
+                finish_all(s);
             continue;
         }
         struct timespec ts = {0, 20000};
@@ -609,6 +667,7 @@ void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *s
     st->passes = atomic_load(&s->passes);
     st->regen_ns = atomic_load(&s->regen_ns);
     st->setup_ns = atomic_load(&s->setup_ns);
+    st->quarantined = atomic_load(&s->quarantined);
 }
 
 uint64_t verbs_server_heartbeat(struct verbs_server *s, unsigned uid)
@@ -625,6 +684,8 @@ void verbs_server_stop(struct verbs_server *s)
     atomic_store(&s->stop, 1);
     if (s->regen_started)
         pthread_join(s->regen, NULL);
+    if (s->qnode)
+        node_close(s->qnode);
     if (s->local)
         tp_close(s->local);
     for (uint64_t e = 0; s->mw && e < s->nentries; e++)

@@ -8,10 +8,12 @@
  *   FMEM_TEST_RDMA="HOST PORT TOKEN_FILE" */
 #include <criterion/criterion.h>
 #include <fmem.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
@@ -146,7 +148,27 @@ Test(security, another_applications_block)
     fmem_close(p);
 }
 
-Test(security, freed_key_dies_at_once)
+/* A free returns once it is committed; the block stays quarantined until
+ * the memory node has destroyed its old window, which takes a regenerator
+ * pass (a millisecond or so). Wait until the NIC refuses `rkey`: at most
+ * 5 s, then fail. */
+static void dies_soon(struct transport *t, uint64_t off, uint32_t rkey, const char *what)
+{
+    for (int i = 0; i < 5000; i++) {
+        uint64_t v, before = verbs_transport_refused(t);
+        int rc = peek(t, off, rkey, &v);
+        if (rc == FMEM_EACCES) {
+            cr_assert_eq(verbs_transport_refused(t), before + 1, "%s: not refused by the NIC", what);
+            return;
+        }
+        cr_assert_eq(rc, 0, "%s: %s", what, fmem_strerror(rc));
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_fail("%s: still works 5 s after the free", what);
+}
+
+Test(security, freed_key_dies_before_reuse)
 {
     fmem_pool *p = owner();
     struct transport *t = attacker();
@@ -156,19 +178,84 @@ Test(security, freed_key_dies_at_once)
         cr_assert_eq(fmem_alloc(p, 4096 << (round % 3), &h), 0);
         cr_assert_eq(peek(t, data(t, &h), h.rkey, &got), 0);
         cr_assert_eq(fmem_free(p, &h), 0);
-        /* no waiting: the key must be dead when fmem_free returns */
-        refused(t, data(t, &h), h.rkey, "freed key");
-        refused(t, data(t, &h), h.rkey + 1, "freed key + 1");
-        /* the block handed out again gets another key; the old one stays dead */
+        /* the block handed out again gets another key, and the old one is
+         * dead by then, whether the free's quarantine is over or not */
         cr_assert_eq(fmem_alloc(p, h.length, &again), 0);
-        if (again.addr == h.addr)
+        if (again.addr == h.addr) {
             cr_assert_neq(again.rkey, h.rkey, "a reused block must get a new key");
-        refused(t, data(t, &h), h.rkey, "freed key after reuse");
+            refused(t, data(t, &h), h.rkey, "freed key of a reused block");
+        }
+        dies_soon(t, data(t, &h), h.rkey, "freed key");
+        refused(t, data(t, &h), h.rkey + 1, "freed key + 1");
         cr_assert_eq(peek(t, data(t, &again), again.rkey, &got), 0);
         cr_assert_eq(fmem_free(p, &again), 0);
     }
     tp_close(t);
     fmem_close(p);
+}
+
+/* Many threads free and allocate the same few blocks: whenever a block is
+ * handed out, the key it had in its last allocation must already be
+ * refused by the NIC (its quarantine ended only after its old window was
+ * destroyed). Each refusal costs the attacker a reconnect, so only the
+ * last key of each block is tried (earlier ones were tried at earlier
+ * reuses). */
+#define REUSE_THREADS 4
+#define REUSE_ROUNDS 12
+#define REUSE_HELD 3
+#define REUSE_SLOTS 256
+static pthread_mutex_t reuse_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { uint64_t addr; uint32_t rkey; } reuse_last[REUSE_SLOTS];
+static unsigned reuse_checked;
+static fmem_pool *reuse_pool;
+
+static unsigned reuse_slot(uint64_t addr) { return (unsigned)((addr >> 12) % REUSE_SLOTS); }
+
+static void *reuse_worker(void *arg)
+{
+    (void)arg;
+    struct transport *t = attacker();
+    for (int r = 0; r < REUSE_ROUNDS; r++) {
+        fmem_handle h[REUSE_HELD];
+        for (int i = 0; i < REUSE_HELD; i++) {
+            cr_assert_eq(fmem_alloc(reuse_pool, 4096, &h[i]), 0);
+            pthread_mutex_lock(&reuse_mu);
+            unsigned sl = reuse_slot(h[i].addr);
+            uint32_t old = reuse_last[sl].addr == h[i].addr ? reuse_last[sl].rkey : 0;
+            if (old)
+                reuse_checked++;
+            pthread_mutex_unlock(&reuse_mu);
+            if (old) {
+                cr_assert_neq(old, h[i].rkey, "a reused block must get a new key");
+                refused(t, data(t, &h[i]), old, "the key of the block's last allocation");
+            }
+            uint64_t got;
+            cr_assert_eq(peek(t, data(t, &h[i]), h[i].rkey, &got), 0, "the new key");
+        }
+        for (int i = 0; i < REUSE_HELD; i++) {
+            pthread_mutex_lock(&reuse_mu);
+            unsigned sl = reuse_slot(h[i].addr);
+            reuse_last[sl].addr = h[i].addr;
+            reuse_last[sl].rkey = h[i].rkey;
+            pthread_mutex_unlock(&reuse_mu);
+            cr_assert_eq(fmem_free(reuse_pool, &h[i]), 0);
+        }
+    }
+    tp_close(t);
+    return NULL;
+}
+
+Test(security, quarantined_block_not_reused_while_its_key_works, .timeout = 300)
+{
+    reuse_pool = owner();
+    pthread_t th[REUSE_THREADS];
+    for (int i = 0; i < REUSE_THREADS; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, reuse_worker, NULL), 0);
+    for (int i = 0; i < REUSE_THREADS; i++)
+        pthread_join(th[i], NULL);
+    fprintf(stderr, "security: %u earlier keys of reused blocks checked\n", reuse_checked);
+    cr_assert_gt(reuse_checked, 0, "no block was reused: nothing was tested");
+    fmem_close(reuse_pool);
 }
 
 Test(security, metadata_is_out_of_reach)
@@ -221,7 +308,7 @@ Test(security, stolen_live_key_works_with_type1_windows)
     cr_assert_eq(peek(t, data(t, &h), h.rkey, &got), 0);
     cr_assert_eq(got, 42);
     cr_assert_eq(fmem_free(p, &h), 0);
-    refused(t, data(t, &h), h.rkey, "the stolen key after the free");
+    dies_soon(t, data(t, &h), h.rkey, "the stolen key after the free");
     tp_close(t);
     fmem_close(p);
 }

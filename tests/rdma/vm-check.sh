@@ -33,6 +33,8 @@ rc=0
 "$B/tests/test_crash" -j1 || rc=$((rc | 1))
 export FMEM_TEST_RDMA="192.168.77.1 7471 $token" FMEM_TEST_RXE=1
 "$B/tests/rdma/test_security" || rc=$((rc + 2))
+# which queue pair a window key works from, type 1 and type 2B (asserted)
+"$B/bench/fmem-mwbench" --dev rxa --check || rc=$((rc | 16))
 # an fmemd on the same memory node; its applications use their own QPs
 sock=/tmp/fmemd-rdma.sock
 "$B/tools/fmemd" --mnode "rdma://192.168.77.1:7471?token=$token" --socket $sock \
@@ -51,5 +53,5 @@ if "$B/tools/fmemd" --mnode /tmp/fmem-mnode.sock --socket /tmp/fmemd-shm.sock \
 fi
 kill $server; wait $server
 cat "$log"
-echo "vm-check: status $rc (bits: 1 conformance, 2 security, 4 service, 8 shm refusal failed)"
+echo "vm-check: status $rc (bits: 1 conformance, 2 security, 4 service, 8 shm refusal, 16 window checks failed)"
 exit $rc
