@@ -14,7 +14,22 @@ libdir=$(dirname "$lib")
 [ -e "$libdir/libfmem.so" ] || { echo "no libfmem.so link"; exit 1; }
 pcdir=$(find "$tmp/root" -name fmem.pc -exec dirname {} \; | head -n 1)
 [ -n "$pcdir" ] || { echo "fmem.pc not installed"; exit 1; }
-[ -n "$(find "$tmp/root" -name fmem.h)" ] || { echo "fmem.h not installed"; exit 1; }
+[ -n "$(find "$tmp/root" -path '*/include/fmem/fmem.h')" ] ||
+    { echo "fmem.h not installed under INCLUDEDIR/fmem"; exit 1; }
+[ -z "$(find "$tmp/root" -path '*/include/fmem*.h' -not -path '*/include/fmem/*')" ] ||
+    { echo "a header installed outside INCLUDEDIR/fmem"; exit 1; }
+las=$(find "$tmp/root" -name '*.la')
+[ -z "$las" ] || { echo "libtool archives installed:"; echo "$las"; exit 1; }
+for f in LICENSE README.md docs/choosing.md docs/img/alloc-threads.png; do
+    [ -n "$(find "$tmp/root" -path "*/share/doc/fmem/$f")" ] || { echo "DOCDIR/$f not installed"; exit 1; }
+done
+defaults=$(find "$tmp/root" -path '*/etc/default/fmem')
+[ -n "$defaults" ] || { echo "SYSCONFDIR/default/fmem not installed"; exit 1; }
+# the units read the settings file where it was installed
+for u in $(find "$tmp/root" -name 'fmem*.service'); do
+    grep -q "^EnvironmentFile=-${defaults#"$tmp/root"}\$" "$u" ||
+        { echo "$u does not read ${defaults#"$tmp/root"}"; exit 1; }
+done
 # exported symbols: all start with fmem_
 bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDBRVW]/ {print $3}' | grep -v '^fmem_' | grep -v '^FMEM_' || true)
 [ -z "$bad" ] || { echo "exported non-API symbols:"; echo "$bad"; exit 1; }
