@@ -9,40 +9,12 @@
 #include <string.h>
 
 #include "fmem.h"
+#include "size_parse.h"
 #include "transport.h" /* enum tp_rtt_mode */
 
 bool uri_parse_size(const char *s, uint64_t *out)
 {
-    /* digits, then nothing or one unit: K, KB, KiB (M, G, T alike) */
-    if (!s || *s < '0' || *s > '9')
-        return false;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno)
-        return false;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
-    case 'T': case 't': shift = 40; break;
-    case 0: break;
-    default: return false;
-    }
-    if (shift) {
-        end++;
-        if (!strcmp(end, "iB"))
-            end += 2;
-        else if (!strcmp(end, "B"))
-            end += 1;
-    }
-    if (*end)
-        return false;
-    if (shift && v > (UINT64_MAX >> shift))
-        return false;
-    *out = (uint64_t)v << shift;
-    return true;
+    return size_parse(s, out); /* the one size parser: size_parse.h */
 }
 
 static bool parse_uint(const char *s, uint64_t max, uint64_t *out)

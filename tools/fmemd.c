@@ -31,7 +31,7 @@ static int usage(FILE *f)
             "  --allow-uid USER    may connect besides root and our own uid (name or id)\n"
             "  --allow-gid GROUP   members of this group may connect (name or id)\n"
             "  --workers N         worker threads (default: one per core)\n"
-            "  --app-max-bytes N   per-application quota (K/M/G suffixes; default none)\n"
+            "  --app-max-bytes N   per-application quota (bytes: 8G, 512MiB; default none)\n"
             "  --app-max-allocs N  per-application live allocations (default none)\n"
             "  --max-apps N        applications at once (default 256)\n"
             "  --max-apps-per-uid N  applications of one user at once (default a\n"
