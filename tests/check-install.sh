@@ -25,6 +25,13 @@ for f in LICENSE README.md docs/choosing.md docs/img/alloc-threads.png; do
 done
 defaults=$(find "$tmp/root" -path '*/etc/default/fmem')
 [ -n "$defaults" ] || { echo "SYSCONFDIR/default/fmem not installed"; exit 1; }
+# manual pages (when python3 generated them), a link page per function
+if grep -q '^PYTHON3 = /' "$top_builddir/Makefile"; then
+    for m in man1/fmem.1 man8/fmemd.8 man8/fmem-mnode.8 man3/libfmem.3 man3/fmem_open.3 \
+        man3/fmem_heap_malloc.3; do
+        [ -n "$(find "$tmp/root" -path "*/share/man/$m")" ] || { echo "$m not installed"; exit 1; }
+    done
+fi
 # the units read the settings file where it was installed
 for u in $(find "$tmp/root" -name 'fmem*.service'); do
     grep -q "^EnvironmentFile=-${defaults#"$tmp/root"}\$" "$u" ||

@@ -145,7 +145,10 @@ FMEM_API int fmem_read(fmem_pool *pool, const fmem_handle *h, uint64_t offset,
 FMEM_API int fmem_write(fmem_pool *pool, const fmem_handle *h, uint64_t offset,
                         const void *src, size_t len);
 
+/* Fill *out with the pool's space (all users) and this process's counters
+ * (fmem_stats_t above). */
 FMEM_API int fmem_stats(fmem_pool *pool, fmem_stats_t *out);
+/* A short English text for an FMEM_E* code (or 0); never NULL. */
 FMEM_API const char *fmem_strerror(int err);
 
 /* Round a request up to the size fmem_alloc() would hand out; 0 if none. */
