@@ -25,6 +25,12 @@ for f in LICENSE README.md docs/choosing.md docs/img/alloc-threads.png; do
 done
 defaults=$(find "$tmp/root" -path '*/etc/default/fmem')
 [ -n "$defaults" ] || { echo "SYSCONFDIR/default/fmem not installed"; exit 1; }
+# the verbs transport is a plugin beside the library (libfmem/verbs/plugin.am)
+if grep -q '^RDMA_LIBS = -l' "$top_builddir/Makefile"; then
+    [ -e "$libdir/fmem/libfmem-verbs.so" ] || { echo "LIBDIR/fmem/libfmem-verbs.so not installed"; exit 1; }
+    ! readelf -d "$lib" | grep NEEDED | grep -Eq 'librdmacm|libibverbs' ||
+        { echo "the installed libfmem.so links rdma-core"; exit 1; }
+fi
 # manual pages (when python3 generated them), a link page per function
 if grep -q '^PYTHON3 = /' "$top_builddir/Makefile"; then
     for m in man1/fmem.1 man8/fmemd.8 man8/fmem-mnode.8 man3/libfmem.3 man3/fmem_open.3 \
