@@ -100,7 +100,8 @@ typedef struct fmem_stats_t {
  *   "shm:/NAME?size=1G"       named pool in /dev/shm, shared by processes;
  *                             created when absent (size needed), else opened
  *   "file:/PATH?size=1G"      named pool in any file (e.g. on hugetlbfs)
- * Query parameters: size= (K/M/G suffix, rounded up to 2 MiB sections),
+ * Query parameters: size= (K/M/G/T, optionally with B or iB: powers of 1024;
+ * rounded up to 2 MiB sections),
  * nodes=N (that many memory nodes, for mem:), rtt_ns=N (injected round-trip
  * delay per operation), rtt_mode=spin|nic (how that delay is waited for:
  * spin, the default: the calling thread spins on the clock, yielding; nic:
