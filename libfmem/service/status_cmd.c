@@ -37,11 +37,13 @@ static int draw(const char *png, const uint8_t *states, uint64_t nspans, const c
     snprintf(sub, sizeof sub, "%llu spans of 128K (%llu MiB), %.1f%% used; one cell = one span",
              (unsigned long long)nspans, (unsigned long long)(nspans >> 3),
              chunks ? 100.0 * (double)used / (double)chunks : 0.0);
-    if (pngmap_write(png, states, nspans, title, sub)) {
+    int files = pngmap_write(png, states, nspans, title, sub);
+    if (files < 0) {
         fprintf(stderr, "fmem: %s: %s\n", png, strerror(errno));
         return 1;
     }
-    printf("map: %s (%llu spans)\n", png, (unsigned long long)nspans);
+    printf("map: %s (%llu spans%s)\n", png, (unsigned long long)nspans,
+           files > 1 ? ", in several tiles: the next ones are named NAME-2.png, ..." : "");
     return 0;
 }
 
