@@ -34,7 +34,8 @@ int main(void)
     fmem_pool *pool;
     check(fmem_open(NULL, &pool), "fmem_open");
     const char *uri = getenv("FMEM_URI");
-    printf("fmem demo: pool %s\n\n", uri && *uri ? uri : "mem: (the default: embedded, in-process)");
+    printf("fmem demo: pool %s\n\n",
+           uri && *uri ? uri : "mem: (the default: embedded, in-process)");
     show(pool, "start");
 
     static const size_t sizes[] = {100, 4096, 10000, 65536, 128 * 1024, 1 << 20, 2 << 20, 8 << 20};

@@ -62,7 +62,8 @@ int main(int argc, char **argv)
         {"pool", 1, 0, 'p'},       {"socket", 1, 0, 's'}, {"mode", 1, 0, 'm'},
         {"heartbeat-ms", 1, 0, 'H'}, {"miss", 1, 0, 'M'}, {"regen-ms", 1, 0, 'r'},
         {"allow-uid", 1, 0, 'u'},  {"no-fence", 0, 0, 'F'}, {"verbose", 0, 0, 'v'},
-        {"rdma", 1, 0, 'R'},       {"token", 1, 0, 'T'},  {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
+        {"rdma", 1, 0, 'R'},       {"token", 1, 0, 'T'},  {"help", 0, 0, 'h'},
+        {"version", 0, 0, 'V'},
         {0, 0, 0, 0}};
     int o;
     opterr = 0; /* cli_bad_option says it in one line */

@@ -66,7 +66,8 @@ int main(int argc, char **argv)
         {"app-max-bytes", 1, 0, 'B'}, {"app-max-allocs", 1, 0, 'A'},
         {"max-apps", 1, 0, 'a'},      {"spin-us", 1, 0, 'S'},   {"connect-ms", 1, 0, 'c'},
         {"max-apps-per-uid", 1, 0, 'U'},
-        {"name", 1, 0, 'N'},          {"verbose", 0, 0, 'v'},   {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
+        {"name", 1, 0, 'N'},          {"verbose", 0, 0, 'v'},   {"help", 0, 0, 'h'},
+        {"version", 0, 0, 'V'},
         {0, 0, 0, 0}};
     int o;
     opterr = 0; /* cli_bad_option says it in one line */

@@ -70,7 +70,8 @@ static int read_env(void)
         size_t v = parse_size(t);
         if (!v) {
             fp_say("FMEM_PRELOAD_THRESHOLD='%.64s' is not a size in bytes (a positive number, "
-                   "optionally with K, M, G or T, as in 64K or 64KiB); using the system allocator only", t);
+                   "optionally with K, M, G or T, as in 64K or 64KiB); using the system "
+                   "allocator only", t);
             return -1;
         }
         fp_cfg.threshold = v;

@@ -257,7 +257,8 @@ int cmd_status(int argc, char **argv)
             png = argv[++i];
             size_t len = strlen(png);
             if (len < 5 || strcasecmp(png + len - 4, ".png"))
-                return status_usage_error("--map writes a PNG; its name must end in .png, not", png);
+                return status_usage_error("--map writes a PNG; its name must end in .png, not",
+                                          png);
         } else if (!strcmp(a, "--node")) {
             const char *v = argv[++i];
             char *end;
