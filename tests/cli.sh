@@ -79,4 +79,11 @@ assert n["spans"]["total"] == 512, n
 else
     echo "fmem-lua not built: pool-file checks not run"
 fi
+# a bare path that is a daemon's socket is asked like unix:PATH
+"$B/fmem-mnode" --pool "file:$tmp/mpool?size=64M" --socket "$tmp/mnode.sock" 2>"$tmp/mnode.log" &
+mnode=$!
+for _ in $(seq 100); do [ -S "$tmp/mnode.sock" ] && break; sleep 0.1; done
+expect 0 - "^memory node file:$tmp/mpool" -- "$B/fmem" status "$tmp/mnode.sock"
+expect 2 1 "json is supported for pool files" -- "$B/fmem" status --json "$tmp/mnode.sock"
+kill "$mnode"; wait "$mnode"
 [ "$fails" = 0 ] && echo "cli: all checks passed" || exit 1
