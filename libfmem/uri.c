@@ -31,6 +31,11 @@ const char *uri_last_error(void)
     return last_error;
 }
 
+const char *fmem_uri_error(void)
+{
+    return last_error;
+}
+
 static bool parse_uint(const char *s, uint64_t max, uint64_t *out)
 {
     uint64_t v;

@@ -151,6 +151,11 @@ FMEM_API int fmem_write(fmem_pool *pool, const fmem_handle *h, uint64_t offset,
 FMEM_API int fmem_stats(fmem_pool *pool, fmem_stats_t *out);
 /* A short English text for an FMEM_E* code (or 0); never NULL. */
 FMEM_API const char *fmem_strerror(int err);
+/* After a call of this thread returned FMEM_EURI (fmem_open, fmem_unlink,
+ * fmem_open_admin): what in the URI was wrong, naming the bad key or value
+ * ("unknown parameter 'siz'", "bad value size='12Q'"); "" when the last URI
+ * this thread parsed was valid. Never NULL. */
+FMEM_API const char *fmem_uri_error(void);
 
 /* Round a request up to the size fmem_alloc() would hand out; 0 if none. */
 FMEM_API size_t fmem_size_round(size_t size);
