@@ -42,6 +42,7 @@
 #include "fmem.h"
 #include "fmem-rdmabench.h"
 #include "samples.h"
+#include "size_parse.h"
 
 #define MAX_THREADS 64
 #define MAX_SIZES 8
@@ -79,18 +80,8 @@ uint64_t rb_now_ns(void)
 
 uint64_t rb_parse_size(const char *s)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return 0;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
-    }
-    return *end ? 0 : v;
+    uint64_t v; /* the one size parser: size_parse.h */
+    return size_parse(s, &v) ? v : 0;
 }
 
 static void die(const char *what)

@@ -28,6 +28,7 @@
 
 #include "fmem.h"
 #include "fmem_far.h"
+#include "size_parse.h"
 #include "wl_region.h"
 
 int fmem_bench_region(int argc, char **argv);
@@ -48,15 +49,8 @@ static double now_s(void)
 
 static size_t parse_bytes(const char *s)
 {
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-    }
-    return v > 0 ? (size_t)v : 0;
+    uint64_t v; /* the one size parser: size_parse.h */
+    return size_parse(s, &v) && v <= SIZE_MAX ? (size_t)v : 0;
 }
 
 static int parse_opts(int argc, char **argv, struct rb_opts *o)

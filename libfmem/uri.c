@@ -9,40 +9,31 @@
 #include <string.h>
 
 #include "fmem.h"
+#include "size_parse.h"
 #include "transport.h" /* enum tp_rtt_mode */
 
 bool uri_parse_size(const char *s, uint64_t *out)
 {
-    /* digits, then nothing or one unit: K, KB, KiB (M, G, T alike) */
-    if (!s || *s < '0' || *s > '9')
-        return false;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno)
-        return false;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
-    case 'T': case 't': shift = 40; break;
-    case 0: break;
-    default: return false;
-    }
-    if (shift) {
-        end++;
-        if (!strcmp(end, "iB"))
-            end += 2;
-        else if (!strcmp(end, "B"))
-            end += 1;
-    }
-    if (*end)
-        return false;
-    if (shift && v > (UINT64_MAX >> shift))
-        return false;
-    *out = (uint64_t)v << shift;
-    return true;
+    return size_parse(s, out); /* the one size parser: size_parse.h */
+}
+
+/* why the last uri_parse of this thread failed (uri_last_error) */
+static _Thread_local char last_error[160];
+
+static int bad(const char *fmt, const char *a, const char *b)
+{
+    snprintf(last_error, sizeof last_error, fmt, a, b);
+    return FMEM_EURI;
+}
+
+const char *uri_last_error(void)
+{
+    return last_error;
+}
+
+const char *fmem_uri_error(void)
+{
+    return last_error;
 }
 
 static bool parse_uint(const char *s, uint64_t max, uint64_t *out)
@@ -59,45 +50,46 @@ static int parse_query(char *q, struct node_uri *u)
     for (char *save = NULL, *kv = strtok_r(q, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
         char *eq = strchr(kv, '=');
         if (!eq)
-            return FMEM_EURI;
+            return bad("parameter '%.60s%s' has no value (want KEY=VALUE)", kv, "");
         *eq = 0;
         const char *k = kv, *v = eq + 1;
         uint64_t x;
         if (!strcmp(k, "size")) {
             if (!uri_parse_size(v, &u->size) || u->size == 0)
-                return FMEM_EURI;
+                return bad("bad value %.60s='%.60s'", k, v);
         } else if (!strcmp(k, "nodes")) {
             if (!parse_uint(v, URI_MAX_NODES, &x) || x == 0)
-                return FMEM_EURI;
+                return bad("bad value %.60s='%.60s'", k, v);
             u->nodes = (unsigned)x;
         } else if (!strcmp(k, "rtt_ns")) {
             if (!parse_uint(v, 1000000000u, &u->rtt_ns))
-                return FMEM_EURI;
+                return bad("bad value %.60s='%.60s'", k, v);
         } else if (!strcmp(k, "rtt_mode")) {
             if (!strcmp(v, "spin"))
                 u->rtt_mode = TP_RTT_SPIN;
             else if (!strcmp(v, "nic"))
                 u->rtt_mode = TP_RTT_NIC;
             else
-                return FMEM_EURI;
+                return bad("bad value %.60s='%.60s'", k, v);
         } else if (!strcmp(k, "user")) {
             if (!parse_uint(v, 16383, &x) || x == 0)
-                return FMEM_EURI;
+                return bad("bad value %.60s='%.60s'", k, v);
             u->user = (unsigned)x;
         } else if (!strcmp(k, "src") && u->kind == URI_RDMA) {
             if (!*v || strlen(v) >= sizeof u->src)
-                return FMEM_EURI;
+                return bad("bad value %.60s='%.60s'", k, v);
             strcpy(u->src, v);
         } else if (!strcmp(k, "token") && u->kind == URI_RDMA) {
             if (!*v || strlen(v) >= sizeof u->token)
-                return FMEM_EURI;
+                return bad("bad value %.60s='%.60s'", k, v);
             strcpy(u->token, v);
         } else if (!strcmp(k, "create")) {
             if (strcmp(v, "0") && strcmp(v, "1"))
-                return FMEM_EURI;
+                return bad("bad value %.60s='%.60s'", k, v);
             u->create = v[0] == '1';
         } else {
-            return FMEM_EURI;
+            return bad("unknown parameter '%.60s'%s", k, u->kind != URI_RDMA &&
+                       (!strcmp(k, "src") || !strcmp(k, "token")) ? " (rdma:// only)" : "");
         }
     }
     return 0;
@@ -126,42 +118,43 @@ static int parse_one(char *s, struct node_uri *u)
     if (!strncmp(s, "mem:", 4)) {
         u->kind = URI_MEM;
         if (s[4])
-            return FMEM_EURI;
+            return bad("'%.60s': mem: takes no path%s", s, "");
     } else if (!strncmp(s, "shm:", 4)) {
         const char *name = s + 4;
         while (*name == '/')
             name++;
         if (!*name || strchr(name, '/') || strlen(name) > NAME_MAX)
-            return FMEM_EURI;
+            return bad("'%.60s': want shm:/NAME (one name, no further '/')%s", s, "");
         u->kind = URI_SHM;
         snprintf(u->path, sizeof u->path, "/dev/shm/%s", name);
     } else if (!strncmp(s, "file:", 5)) {
         if (s[5] != '/' || strlen(s + 5) >= sizeof u->path)
-            return FMEM_EURI;
+            return bad("'%.60s': want file:/ABSOLUTE/PATH%s", s, "");
         u->kind = URI_FILE;
         strcpy(u->path, s + 5);
     } else if (!strncmp(s, "rdma://", 7)) {
         /* rdma://HOST:PORT?token=FILE */
         if (!uri_split_host_port(s + 7, u->path, sizeof u->path, u->port, sizeof u->port))
-            return FMEM_EURI;
+            return bad("'%.60s': want rdma://HOST:PORT%s", s, "");
         for (const char *c = u->port; *c; c++)
             if (*c < '0' || *c > '9')
-                return FMEM_EURI;
+                return bad("'%.60s': bad port '%.10s'", s, u->port);
         u->kind = URI_RDMA;
     } else {
-        return FMEM_EURI;
+        return bad("'%.60s': unknown scheme (want mem:, shm:, file: or rdma://)%s", s, "");
     }
     if (q && parse_query(q, u))
         return FMEM_EURI;
     if (u->kind != URI_MEM && u->nodes != 1)
-        return FMEM_EURI;
+        return bad("'%.60s': nodes= is for mem: pools only%s", s, "");
     return 0;
 }
 
 int uri_parse(const char *uri, struct node_uri *out, int max)
 {
+    last_error[0] = 0;
     if (!uri || strlen(uri) > 16 * PATH_MAX)
-        return FMEM_EURI;
+        return bad("the URI is missing or too long%s%s", "", "");
     char *dup = strdup(uri), *save = NULL;
     if (!dup)
         return FMEM_ENOMEM;
@@ -169,14 +162,18 @@ int uri_parse(const char *uri, struct node_uri *out, int max)
     for (char *part = strtok_r(dup, ";", &save); part; part = strtok_r(NULL, ";", &save)) {
         while (*part == ' ')
             part++;
-        if (n >= max || (rc = parse_one(part, &out[n])) != 0) {
-            rc = FMEM_EURI;
+        char most[16];
+        snprintf(most, sizeof most, "%d", max);
+        if (n >= max) {
+            rc = bad("too many nodes (at most %s)%s", most, "");
             break;
         }
+        if ((rc = parse_one(part, &out[n])) != 0)
+            break;
         n++;
     }
     free(dup);
     if (rc)
         return rc;
-    return n ? n : FMEM_EURI;
+    return n ? n : bad("the URI names no pool%s%s", "", "");
 }

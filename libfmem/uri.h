@@ -28,6 +28,9 @@ struct node_uri {
 /* Parse `uri` (one or more node URIs separated by ';') into out[]. Returns
  * the number of entries, or FMEM_EURI. */
 int uri_parse(const char *uri, struct node_uri *out, int max);
+/* Why this thread's last failed uri_parse failed, naming the bad part, key
+ * or value ("bad value size='12Q'"); "" if it did not fail. */
+const char *uri_last_error(void);
 /* Split "HOST:PORT" at its last colon into host[hcap] and port[pcap]; false
  * unless both are non-empty and fit. */
 bool uri_split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap);

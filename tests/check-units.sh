@@ -16,7 +16,8 @@ trap 'rm -rf "$dir"' EXIT
 fail=0
 for unit in fmem-mnode fmemd; do
     # the unit as installed, with this build's programs (verify looks for them)
-    sed -e "s|@bindir[@]|$(cd "$builddir" && pwd)/tools|g" "$srcdir/dist/$unit.service.in" \
+    sed -e "s|@bindir[@]|$(cd "$builddir" && pwd)/tools|g" -e "s|@sysconfdir[@]|/etc|g" \
+        "$srcdir/dist/$unit.service.in" \
         >"$dir/$unit.service"
     f=$dir/$unit.service
     for want in 'User=fmem' 'Group=fmem' 'Type=notify' 'RuntimeDirectory=fmem' \

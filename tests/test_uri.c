@@ -464,3 +464,18 @@ Test(uri_open, sizes_round_up_to_sections)
     cr_assert_eq(st.capacity_bytes, 2 * FMEM_SECTION_SIZE);
     fmem_close(p);
 }
+
+/* fmem_uri_error names what was wrong with the last URI of this thread */
+Test(uri_error, names_the_bad_key_or_value)
+{
+    fmem_pool *p = NULL;
+    cr_assert_eq(fmem_open("mem:?siz=1M", &p), FMEM_EURI);
+    cr_assert_str_eq(fmem_uri_error(), "unknown parameter 'siz'");
+    cr_assert_eq(fmem_open("mem:?size=12Q", &p), FMEM_EURI);
+    cr_assert_str_eq(fmem_uri_error(), "bad value size='12Q'");
+    cr_assert_eq(fmem_unlink("nfs:/x"), FMEM_EURI);
+    cr_assert_not_null(strstr(fmem_uri_error(), "unknown scheme"));
+    cr_assert_eq(fmem_open("mem:?size=8M", &p), 0);
+    cr_assert_str_eq(fmem_uri_error(), "");
+    fmem_close(p);
+}

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "service/ids.h"
 #include "service/mnode.h"
 
@@ -35,7 +36,8 @@ static int usage(FILE *f)
             "                      services connect with rdma://ADDR:PORT?token=FILE\n"
             "  --token FILE        where to write the services' token (default:\n"
             "                      the socket path + .token, mode 0600)\n"
-            "  -v, --verbose\n");
+            "  -v, --verbose\n"
+            "  -h, --help          this text;  -V, --version  the version\n");
     return f == stderr ? 2 : 0;
 }
 
@@ -61,9 +63,11 @@ int main(int argc, char **argv)
         {"heartbeat-ms", 1, 0, 'H'}, {"miss", 1, 0, 'M'}, {"regen-ms", 1, 0, 'r'},
         {"allow-uid", 1, 0, 'u'},  {"no-fence", 0, 0, 'F'}, {"verbose", 0, 0, 'v'},
         {"rdma", 1, 0, 'R'},       {"token", 1, 0, 'T'},  {"help", 0, 0, 'h'},
+        {"version", 0, 0, 'V'},
         {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+    opterr = 0; /* cli_bad_option says it in one line */
+    while ((o = getopt_long(argc, argv, ":vhV", opts, NULL)) != -1) {
         switch (o) {
         case 'p': c.pool_uri = optarg; break;
         case 's': c.socket_path = optarg; break;
@@ -82,12 +86,16 @@ int main(int argc, char **argv)
         case 'T': c.token_path = optarg; break;
         case 'v': c.verbose = true; break;
         case 'h': return usage(stdout);
-        default: return usage(stderr);
+        case 'V': return cli_version("fmem-mnode");
+        default: return cli_bad_option("fmem-mnode", o, argv);
         }
     }
-    if (!c.pool_uri || !c.socket_path || optind != argc || !c.heartbeat_ms || !c.miss_limit ||
-        !c.regen_ms)
-        return usage(stderr);
+    if (optind != argc)
+        return cli_error("fmem-mnode", "unexpected argument (options only)");
+    if (!c.pool_uri || !c.socket_path)
+        return cli_error("fmem-mnode", "--pool and --socket are required");
+    if (!c.heartbeat_ms || !c.miss_limit || !c.regen_ms)
+        return cli_error("fmem-mnode", "--heartbeat-ms, --miss and --regen-ms must not be 0");
     char token[4200];
     if (c.rdma_addr && !c.token_path) {
         snprintf(token, sizeof token, "%s.token", c.socket_path);

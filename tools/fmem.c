@@ -1,5 +1,5 @@
 /* fmem - command-line tool for fmem pools and services.
- *   fmem status [URI] [--map FILE.png] [--node N]
+ *   fmem status [URI] [--json] [--map FILE.png] [--node N]
  *                            pools, space, services, applications
  *   fmem verify URI          check headers against the redo log (exit 0 clean,
  *                            1 errors or leaks, 3 incomplete: busy sections)
@@ -19,11 +19,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
+#include "uri.h"
 #include "service/status_cmd.h"
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: fmem status [URI] [--map FILE.png] [--node N]\n"
+    fprintf(f, "usage: fmem status [URI] [--json] [--map FILE.png] [--node N]\n"
                "       fmem verify URI\n"
                "       fmem recover URI UID [--force]\n"
                "       fmem recover URI --leaked\n"
@@ -31,7 +33,9 @@ static int usage(FILE *f)
                "       fmem daemon --mnode PATH --socket PATH [options] (see fmem daemon --help)\n"
                "URI is a pool URI, e.g. shm:/NAME (see fmem_open in fmem.h), or a daemon's\n"
                "socket: unix:/PATH or fmem://[localhost]/PATH (status only). status without\n"
-               "a URI asks $FMEM_URI, else the default service socket.\n");
+               "a URI asks $FMEM_URI, else the default service socket.\n"
+               "fmem COMMAND --help (or fmem help COMMAND) describes one command;\n"
+               "fmem --version prints the version.\n");
     return f == stderr ? 2 : 0;
 }
 
@@ -46,9 +50,18 @@ static fmem_pool *open_existing(const char *uri)
     fmem_pool *p;
     errno = 0;
     int rc = fmem_open_admin(uri, &p);
+    int saved = errno;
+    if (rc == FMEM_EURI) { /* the library's parser says "invalid"; ours says why */
+        struct node_uri *us = calloc(URI_MAX_NODES, sizeof *us);
+        if (us && uri_parse(uri, us, URI_MAX_NODES) < 0 && *uri_last_error()) {
+            fprintf(stderr, "fmem: %s: %s\n", uri, uri_last_error());
+            exit(2);
+        }
+        free(us);
+    }
     if (rc) {
         fprintf(stderr, "fmem: %s: %s%s%s\n", uri, fmem_strerror(rc), rc == FMEM_EIO ? ": " : "",
-                rc == FMEM_EIO ? strerror(errno) : "");
+                rc == FMEM_EIO ? strerror(saved) : "");
         exit(1);
     }
     return p;
@@ -238,27 +251,75 @@ static int cmd_recover_leaked(const char *uri)
     return 0;
 }
 
+static int help_verify(void)
+{
+    printf("usage: fmem verify URI\n"
+           "Check a shared pool's headers against its redo logs, read-only.\n"
+           "Exit 0 clean, 1 errors or leaks, 3 incomplete (sections kept changing).\n");
+    return 0;
+}
+
+static int help_recover(void)
+{
+    printf("usage: fmem recover URI UID [--force]\n"
+           "       fmem recover URI --leaked\n"
+           "Reclaim everything user UID (1..16383) owns; refused while its process runs\n"
+           "unless --force. --leaked reclaims the blocks of user ids without a slot.\n");
+    return 0;
+}
+
+static bool is_help(const char *a)
+{
+    return !strcmp(a, "-h") || !strcmp(a, "--help");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        return usage(stderr);
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
+        return cli_error("fmem", "no command given");
+    const char *cmd = argv[1];
+    if (is_help(cmd))
         return usage(stdout);
-    if (!strcmp(argv[1], "status"))
+    if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version"))
+        return cli_version("fmem");
+    if (!strcmp(cmd, "help")) { /* fmem help [COMMAND] */
+        if (argc < 3)
+            return usage(stdout);
+        cmd = argv[2];
+        argc = 3;
+        argv[1] = argv[2];
+        argv[2] = "--help";
+    }
+    if (!strcmp(cmd, "status"))
         return cmd_status(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "mnode"))
+    if (!strcmp(cmd, "mnode"))
         return cmd_exec_daemon("fmem-mnode", argc - 1, argv + 1);
-    if (!strcmp(argv[1], "daemon"))
+    if (!strcmp(cmd, "daemon"))
         return cmd_exec_daemon("fmemd", argc - 1, argv + 1);
-    if (!strcmp(argv[1], "verify") && argc == 3)
+    if (!strcmp(cmd, "verify")) {
+        if (argc >= 3 && is_help(argv[2]))
+            return help_verify();
+        char what[160];
+        snprintf(what, sizeof what, "unknown option '%.100s'", argc > 2 ? argv[2] : "");
+        if (argc != 3 || argv[2][0] == '-')
+            return cli_error("fmem verify", argc == 3 ? what : "expects one URI");
         return cmd_verify(argv[2]);
-    if (!strcmp(argv[1], "recover") && argc == 4 && !strcmp(argv[3], "--leaked"))
-        return cmd_recover_leaked(argv[2]);
-    if (!strcmp(argv[1], "recover") && argc == 4)
-        return cmd_recover(argv[2], argv[3], false);
-    if (!strcmp(argv[1], "recover") && argc == 5 &&
-        (!strcmp(argv[4], "--force") || !strcmp(argv[2], "--force")))
-        return !strcmp(argv[2], "--force") ? cmd_recover(argv[3], argv[4], true)
-                                           : cmd_recover(argv[2], argv[3], true);
-    return usage(stderr);
+    }
+    if (!strcmp(cmd, "recover")) {
+        for (int i = 2; i < argc; i++)
+            if (is_help(argv[i]))
+                return help_recover();
+        if (argc == 4 && !strcmp(argv[3], "--leaked"))
+            return cmd_recover_leaked(argv[2]);
+        if (argc == 4 && argv[2][0] != '-' && argv[3][0] != '-')
+            return cmd_recover(argv[2], argv[3], false);
+        if (argc == 5 && !strcmp(argv[4], "--force"))
+            return cmd_recover(argv[2], argv[3], true);
+        if (argc == 5 && !strcmp(argv[2], "--force"))
+            return cmd_recover(argv[3], argv[4], true);
+        return cli_error("fmem recover", "expects URI UID [--force] or URI --leaked");
+    }
+    char what[160];
+    snprintf(what, sizeof what, "unknown %s '%.100s'", cmd[0] == '-' ? "option" : "command", cmd);
+    return cli_error("fmem", what);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "service/daemon.h"
+#include "cli.h"
 #include "service/ids.h"
 #include "uri.h"
 
@@ -31,7 +32,7 @@ static int usage(FILE *f)
             "  --allow-uid USER    may connect besides root and our own uid (name or id)\n"
             "  --allow-gid GROUP   members of this group may connect (name or id)\n"
             "  --workers N         worker threads (default: one per core)\n"
-            "  --app-max-bytes N   per-application quota (K/M/G suffixes; default none)\n"
+            "  --app-max-bytes N   per-application quota (bytes: 8G, 512MiB; default none)\n"
             "  --app-max-allocs N  per-application live allocations (default none)\n"
             "  --max-apps N        applications at once (default 256)\n"
             "  --max-apps-per-uid N  applications of one user at once (default a\n"
@@ -42,7 +43,8 @@ static int usage(FILE *f)
             "                      bounded service latency on a busy machine\n"
             "  --connect-ms N      wait this long for the memory nodes (default 10000)\n"
             "  --name NAME         shown by fmem status (default fmemd)\n"
-            "  -v, --verbose\n");
+            "  -v, --verbose\n"
+            "  -h, --help          this text;  -V, --version  the version\n");
     return f == stderr ? 2 : 0;
 }
 
@@ -68,9 +70,11 @@ int main(int argc, char **argv)
         {"max-apps", 1, 0, 'a'},      {"spin-us", 1, 0, 'S'},   {"connect-ms", 1, 0, 'c'},
         {"max-apps-per-uid", 1, 0, 'U'}, {"worker-rt", 1, 0, 'R'},
         {"name", 1, 0, 'N'},          {"verbose", 0, 0, 'v'},   {"help", 0, 0, 'h'},
+        {"version", 0, 0, 'V'},
         {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+    opterr = 0; /* cli_bad_option says it in one line */
+    while ((o = getopt_long(argc, argv, ":vhV", opts, NULL)) != -1) {
         switch (o) {
         case 'n':
             if (c.nmnodes >= SVC_MAX_NODES) {
@@ -114,11 +118,14 @@ int main(int argc, char **argv)
         case 'N': c.name = optarg; break;
         case 'v': c.verbose = true; break;
         case 'h': return usage(stdout);
-        default: return usage(stderr);
+        case 'V': return cli_version("fmemd");
+        default: return cli_bad_option("fmemd", o, argv);
         }
     }
-    if (!c.nmnodes || !c.socket_path || optind != argc)
-        return usage(stderr);
+    if (optind != argc)
+        return cli_error("fmemd", "unexpected argument (options only)");
+    if (!c.nmnodes || !c.socket_path)
+        return cli_error("fmemd", "--mnode and --socket are required");
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

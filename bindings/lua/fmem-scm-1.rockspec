@@ -48,7 +48,7 @@ build = {
   type = "command",
   -- headers in PREFIX/include or PREFIX/include/fmem
   build_command = [[mkdir -p "$(LIBDIR)" && $(CC) $(CFLAGS) $(LIBFLAG) -std=c11 -D_GNU_SOURCE \
-    -I"$(LUA_INCDIR)" -I"$(FMEM_INCDIR)" -I"$(FMEM_INCDIR)/fmem" \
+    -I"$(LUA_INCDIR)" -Ilibfmem -I"$(FMEM_INCDIR)" -I"$(FMEM_INCDIR)/fmem" \
     bindings/lua/lfmem_util.c bindings/lua/lfmem_pool.c bindings/lua/lfmem_buffer.c \
     bindings/lua/lfmem_region.c bindings/lua/lfmem_backing.c bindings/lua/lfmem_copy.c \
     bindings/lua/lfmem_state.c bindings/lua/lfmem_module.c \

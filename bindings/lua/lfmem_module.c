@@ -21,7 +21,8 @@ static int push_opened(lua_State *L, const char *uri, const char *op)
     errno = 0;
     int rc = fmem_open(uri, &pool);
     if (rc == FMEM_EURI)
-        return lfmem_error(L, op, "cannot parse the pool URI '%s'", uri ? uri : "");
+        return lfmem_error(L, op, "cannot parse the pool URI '%s'%s%s", uri ? uri : "",
+                           *fmem_uri_error() ? ": " : "", fmem_uri_error());
     if (rc == FMEM_EIO && errno)
         return lfmem_error(L, op, "%s: %s (%s)", uri && *uri ? uri : "(default pool)",
                            fmem_strerror(rc), strerror(errno));

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "lfmem.h"
+#include "size_parse.h"
 
 int lfmem_error(lua_State *L, const char *op, const char *fmt, ...)
 {
@@ -56,22 +57,10 @@ lua_Integer lfmem_check_count(lua_State *L, int idx, const char *op, const char 
 
 int lfmem_parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    if (!isdigit((unsigned char)*s))
+    uint64_t v; /* the one size parser: size_parse.h */
+    if (!size_parse(s, &v) || v > SIZE_MAX)
         return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    unsigned shift = 0;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
-    case 'T': shift = 40; end++; break;
-    default: break;
-    }
-    if (*end || errno || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)v << shift;
+    *out = (size_t)v;
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /* config.c - the environment of libfmem-preload.so.
  *
- *   FMEM_PRELOAD_THRESHOLD  bytes (K, M, G suffixes: powers of 1024) at and
+ *   FMEM_PRELOAD_THRESHOLD  bytes (K, M, G, T, KiB, ... suffixes: powers of 1024) at and
  *                           above which a request is large; default 128K,
  *                           glibc's default mmap threshold
  *   FMEM_PRELOAD_URI        pool for large blocks (see fmem_open); default
@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "size_parse.h"
 
 #define DEFAULT_THRESHOLD ((size_t)128 * 1024)
 
@@ -61,23 +62,8 @@ void fp_say_fd(int fd, const char *fmt, ...)
 /* "131072", "128K", "2M", "1G" (also lower case); 0 on error. */
 static size_t parse_size(const char *s)
 {
-    if (!s || *s < '0' || *s > '9')
-        return 0;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno)
-        return 0;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
-    }
-    if (*end || v == 0 || v > (SIZE_MAX >> shift))
-        return 0;
-    return (size_t)v << shift;
+    uint64_t v; /* the one size parser: size_parse.h */
+    return size_parse(s, &v) && v <= SIZE_MAX ? (size_t)v : 0;
 }
 
 /* The strings kept from the environment: copies, never getenv's pointers. */
@@ -101,7 +87,8 @@ static int read_env(void)
         size_t v = parse_size(t);
         if (!v) {
             fp_say("FMEM_PRELOAD_THRESHOLD='%.64s' is not a size in bytes (a positive number, "
-                   "optionally with K, M or G); using the system allocator only", t);
+                   "optionally with K, M, G or T, as in 64K or 64KiB); using the system "
+                   "allocator only", t);
             return -1;
         }
         fp_cfg.threshold = v;

@@ -100,7 +100,8 @@ typedef struct fmem_stats_t {
  *   "shm:/NAME?size=1G"       named pool in /dev/shm, shared by processes;
  *                             created when absent (size needed), else opened
  *   "file:/PATH?size=1G"      named pool in any file (e.g. on hugetlbfs)
- * Query parameters: size= (K/M/G suffix, rounded up to 2 MiB sections),
+ * Query parameters: size= (K/M/G/T, optionally with B or iB: powers of 1024;
+ * rounded up to 2 MiB sections),
  * nodes=N (that many memory nodes, for mem:), rtt_ns=N (injected round-trip
  * delay per operation), rtt_mode=spin|nic (how that delay is waited for:
  * spin, the default: the calling thread spins on the clock, yielding; nic:
@@ -145,8 +146,16 @@ FMEM_API int fmem_read(fmem_pool *pool, const fmem_handle *h, uint64_t offset,
 FMEM_API int fmem_write(fmem_pool *pool, const fmem_handle *h, uint64_t offset,
                         const void *src, size_t len);
 
+/* Fill *out with the pool's space (all users) and this process's counters
+ * (fmem_stats_t above). */
 FMEM_API int fmem_stats(fmem_pool *pool, fmem_stats_t *out);
+/* A short English text for an FMEM_E* code (or 0); never NULL. */
 FMEM_API const char *fmem_strerror(int err);
+/* After a call of this thread returned FMEM_EURI (fmem_open, fmem_unlink,
+ * fmem_open_admin): what in the URI was wrong, naming the bad key or value
+ * ("unknown parameter 'siz'", "bad value size='12Q'"); "" when the last URI
+ * this thread parsed was valid. Never NULL. */
+FMEM_API const char *fmem_uri_error(void);
 
 /* Round a request up to the size fmem_alloc() would hand out; 0 if none. */
 FMEM_API size_t fmem_size_round(size_t size);

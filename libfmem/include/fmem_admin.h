@@ -66,6 +66,10 @@ typedef struct fmem_user_info {
     uint64_t bytes;
     uint64_t reserved[8];
 } fmem_user_info_t;
+/* Fill *out with what the pool knows about user id `uid` on node `node`
+ * (above): who holds its slot, whether that process lives, and the blocks
+ * the pool's logs record for it. FMEM_EINVAL for a node or uid out of
+ * range. */
 FMEM_API int fmem_user_info(fmem_pool *pool, unsigned node, unsigned uid, fmem_user_info_t *out);
 
 typedef struct fmem_verify_report {

@@ -4,7 +4,8 @@
 
 #include <stdint.h>
 
-/* states: one occupancy.h byte per span. 0 or -1 (errno). */
+/* states: one occupancy.h byte per span. The number of files written (1, or
+ * several tiles for pools over 128 GiB: PATH, PATH-2.png, ...) or -1 (errno). */
 int pngmap_write(const char *path, const uint8_t *states, uint64_t nspans, const char *title,
                  const char *subtitle);
 

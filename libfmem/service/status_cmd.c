@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
+#include <strings.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "service/client.h"
@@ -34,11 +37,13 @@ static int draw(const char *png, const uint8_t *states, uint64_t nspans, const c
     snprintf(sub, sizeof sub, "%llu spans of 128K (%llu MiB), %.1f%% used; one cell = one span",
              (unsigned long long)nspans, (unsigned long long)(nspans >> 3),
              chunks ? 100.0 * (double)used / (double)chunks : 0.0);
-    if (pngmap_write(png, states, nspans, title, sub)) {
+    int files = pngmap_write(png, states, nspans, title, sub);
+    if (files < 0) {
         fprintf(stderr, "fmem: %s: %s\n", png, strerror(errno));
         return 1;
     }
-    printf("map: %s (%llu spans)\n", png, (unsigned long long)nspans);
+    printf("map: %s (%llu spans%s)\n", png, (unsigned long long)nspans,
+           files > 1 ? ", in several tiles: the next ones are named NAME-2.png, ..." : "");
     return 0;
 }
 
@@ -118,16 +123,67 @@ out:
     return status;
 }
 
+/* One node's report as a JSON object (fmem status --json). */
+static void print_json_node(FILE *f, int node, const char *path, const struct occ_report *r)
+{
+    fputs("{\"node\": ", f);
+    fprintf(f, "%d, \"path\": \"", node);
+    for (const char *c = path; *c; c++) /* escape what JSON requires */
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if ((unsigned char)*c < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*c);
+        else
+            fputc(*c, f);
+    fprintf(f, "\", \"capacity_bytes\": %llu, \"used_bytes\": %llu, \"free_bytes\": %llu, "
+               "\"metadata_bytes\": %llu, \"largest_free_bytes\": %llu, "
+               "\"fragmentation\": %.6f, \"sections\": %llu, \"spans\": {\"total\": %llu, "
+               "\"free\": %llu, \"chunk\": %llu, \"contended\": %llu, \"block\": %llu, "
+               "\"moving\": %llu}, \"users\": {\"active\": %llu, \"slots\": %llu}, "
+               "\"live_blocks\": {",
+            (unsigned long long)r->capacity_bytes, (unsigned long long)r->used_bytes,
+            (unsigned long long)r->free_bytes, (unsigned long long)r->metadata_bytes,
+            (unsigned long long)r->largest_free_bytes, r->fragmentation,
+            (unsigned long long)r->nsections, (unsigned long long)r->nspans,
+            (unsigned long long)r->spans_free, (unsigned long long)r->spans_chunk,
+            (unsigned long long)r->spans_contended, (unsigned long long)r->spans_block,
+            (unsigned long long)r->spans_moving, (unsigned long long)r->users_active,
+            (unsigned long long)(r->nusers - 1));
+    const char *sep = "";
+    for (int k = 0; k < FMEM_SIZE_CLASSES; k++) {
+        if (!r->blocks[k])
+            continue;
+        fprintf(f, "%s\"%llu\": %llu", sep, (unsigned long long)(FMEM_CHUNK_SIZE << k),
+                (unsigned long long)r->blocks[k]);
+        sep = ", ";
+    }
+    fputs("}}", f);
+}
+
 /* A named pool read straight from its metadata file. */
-static int status_pool(const char *uri, const char *png, unsigned want_node)
+static int status_pool(const char *uri, const char *png, unsigned want_node, bool node_given,
+                       bool json)
 {
     struct node_uri *us = calloc(URI_MAX_NODES, sizeof *us);
     int n = us ? uri_parse(uri, us, URI_MAX_NODES) : FMEM_ENOMEM, status = 0;
     if (n < 0) {
-        fprintf(stderr, "fmem: %s: %s\n", uri, fmem_strerror(n));
+        if (*uri_last_error())
+            fprintf(stderr, "fmem: %s: %s\n", uri, uri_last_error());
+        else
+            fprintf(stderr, "fmem: %s: %s (want shm:/NAME, file:/PATH, a daemon's socket path, "
+                            "unix:/PATH or fmem://[localhost]/PATH)\n", uri, fmem_strerror(n));
         free(us);
         return 2;
     }
+    if (node_given && want_node >= (unsigned)n) {
+        fprintf(stderr, "fmem: --node %u: the pool has %d node%s (0..%d)\n", want_node, n,
+                n == 1 ? "" : "s", n - 1);
+        free(us);
+        return 2;
+    }
+    if (json)
+        printf("{\"pool\": \"%s\", \"nodes\": [", strchr(uri, '"') ? "?" : uri);
+    int printed = 0;
     for (int i = 0; i < n; i++) {
         if (us[i].kind == URI_MEM) {
             fprintf(stderr, "fmem: mem: pools are private to their process\n");
@@ -146,42 +202,111 @@ static int status_pool(const char *uri, const char *png, unsigned want_node)
         uint8_t *states = png && (unsigned)i == want_node ? malloc(g.nspans) : NULL;
         struct occ_report r;
         occ_scan(&g, meta, &r, states);
-        printf("pool %s (node %d)\n", us[i].path, i);
-        occ_print(&r, stdout);
+        if (json) {
+            printf(printed++ ? ", " : "");
+            print_json_node(stdout, i, us[i].path, &r);
+        } else {
+            printf("pool %s (node %d)\n", us[i].path, i);
+            occ_print(&r, stdout);
+        }
         if (states && draw(png, states, g.nspans, us[i].path))
             status = 1;
         free(states);
         munmap((void *)meta, len);
     }
+    if (json)
+        printf("]}\n");
     free(us);
     return status;
+}
+
+static int status_help(void)
+{
+    printf("usage: fmem status [URI] [--json] [--map FILE.png] [--node N]\n"
+           "Space, fragmentation, services and applications of a pool or a daemon.\n"
+           "URI: shm:/NAME or file:/PATH (read from the pool's metadata, read-only), or a\n"
+           "daemon's socket: a socket's path, unix:/PATH or fmem://[localhost]/PATH.\n"
+           "Without URI: $FMEM_URI, else the default service socket (%s).\n"
+           "  --json        the report as one JSON object (pool files)\n"
+           "  --map F.png   draw the occupancy map of one node as a PNG\n"
+           "  --node N      the node whose map is drawn (default 0)\n",
+           "/run/fmem/fmemd.sock");
+    return 0;
+}
+
+static int status_usage_error(const char *what, const char *arg)
+{
+    fprintf(stderr, "fmem status: %s '%s' (see fmem status --help)\n", what, arg);
+    return 2;
 }
 
 int cmd_status(int argc, char **argv)
 {
     const char *uri = NULL, *png = NULL;
     unsigned node = 0;
+    bool node_given = false, json = false;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--map") && i + 1 < argc)
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return status_help();
+        if ((!strcmp(a, "--map") || !strcmp(a, "--node")) && i + 1 >= argc)
+            return status_usage_error("option needs a value:", a);
+        if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--map")) {
             png = argv[++i];
-        else if (!strcmp(argv[i], "--node") && i + 1 < argc)
-            node = (unsigned)strtoul(argv[++i], NULL, 10);
-        else if (argv[i][0] != '-' && !uri)
-            uri = argv[i];
-        else {
-            fprintf(stderr, "usage: fmem status [URI] [--map FILE.png] [--node N]\n");
-            return 2;
+            size_t len = strlen(png);
+            if (len < 5 || strcasecmp(png + len - 4, ".png"))
+                return status_usage_error("--map writes a PNG; its name must end in .png, not",
+                                          png);
+        } else if (!strcmp(a, "--node")) {
+            const char *v = argv[++i];
+            char *end;
+            errno = 0;
+            unsigned long nv = strtoul(v, &end, 10);
+            if (errno || *end || *v < '0' || *v > '9' || nv >= SVC_MAX_NODES) {
+                char what[64];
+                snprintf(what, sizeof what, "--node wants 0..%d, not", SVC_MAX_NODES - 1);
+                return status_usage_error(what, v);
+            }
+            node = (unsigned)nv;
+            node_given = true;
+        } else if (a[0] == '-') {
+            return status_usage_error("unknown option", a);
+        } else if (uri) {
+            return status_usage_error("one URI only; unexpected", a);
+        } else {
+            uri = a;
         }
     }
     if (!uri || !*uri)
         uri = getenv("FMEM_URI");
     if (!uri || !*uri)
         uri = DEFAULT_SERVICE;
-    if (node >= SVC_MAX_NODES) {
-        fprintf(stderr, "fmem: --node: at most %d\n", SVC_MAX_NODES - 1);
-        return 2;
+    /* a bare path: a daemon's socket, or say what was expected */
+    char unix_uri[PATH_MAX + 8];
+    if (uri[0] == '/') {
+        struct stat st;
+        errno = 0;
+        if (stat(uri, &st) == 0 && S_ISSOCK(st.st_mode)) {
+            snprintf(unix_uri, sizeof unix_uri, "unix:%s", uri);
+            uri = unix_uri;
+        } else {
+            fprintf(stderr, "fmem status: %s: %s (a path must be a daemon's socket; a pool "
+                            "file is file:%s)\n", uri,
+                    errno ? strerror(errno) : "not a socket", uri);
+            return 2;
+        }
     }
-    return service_uri(uri) ? status_socket(uri, png, node) : status_pool(uri, png, node);
+    if (service_uri(uri)) {
+        if (json) {
+            fprintf(stderr, "fmem status: --json is supported for pool files (shm:, file:) "
+                            "only; a daemon answers with text\n");
+            return 2;
+        }
+        return status_socket(uri, png, node);
+    }
+    return status_pool(uri, png, node, node_given, json);
 }
 
 int cmd_exec_daemon(const char *prog, int argc, char **argv)

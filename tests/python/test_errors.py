@@ -154,3 +154,14 @@ def test_region_argument_errors(pool):
             fmem.Region(pool=pool, **bad)
     with pytest.raises(ValueError):
         fmem.Region(1 << 20, pool=pool, prefetch=-1)
+
+
+@pytest.mark.parametrize("uri,named", [
+    ("mem:?siz=1M", "unknown parameter 'siz'"),
+    ("mem:?size=12Q", "bad value size='12Q'"),
+    ("nfs:/x", "unknown scheme"),
+])
+def test_uri_errors_name_the_bad_part(uri, named):
+    with pytest.raises(fmem.URIError) as e:
+        fmem.open(uri)
+    assert named in str(e.value), str(e.value)

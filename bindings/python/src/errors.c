@@ -199,6 +199,8 @@ PyObject *fp_raise(int rc, const char *what)
     PyObject *msg;
     if (rc == FMEM_EIO && err)
         msg = PyUnicode_FromFormat("%s: %s (%s)", what, fmem_strerror(rc), strerror(err));
+    else if (rc == FMEM_EURI && *fmem_uri_error()) /* name the bad key or value */
+        msg = PyUnicode_FromFormat("%s: %s: %s", what, fmem_strerror(rc), fmem_uri_error());
     else
         msg = PyUnicode_FromFormat("%s: %s", what, fmem_strerror(rc));
     return raise_msg(class_of(rc), rc, err, msg);

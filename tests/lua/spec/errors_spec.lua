@@ -98,7 +98,10 @@ describe("errors", function()
   end)
 
   it("bad pool URIs and services", function()
-    raises("^fmem: open: cannot parse the pool URI 'bogus:'$", fmem.open, "bogus:")
+    raises("^fmem: open: cannot parse the pool URI 'bogus:': 'bogus:': unknown scheme", fmem.open,
+           "bogus:")
+    raises("^fmem: open: cannot parse the pool URI 'mem:%?siz=1': unknown parameter 'siz'$",
+           fmem.open, "mem:?siz=1")
     raises("^fmem: open: bad argument #1 %(URI string expected, got number%)$", fmem.open, 1)
     raises("^fmem: connect: 'mem:' is not a service URI", fmem.connect, "mem:")
     raises("^fmem: connect: unix:/nonexistent/fmemd%.sock: ", fmem.connect,
