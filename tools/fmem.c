@@ -10,6 +10,7 @@
  *                            reclaim the blocks of user ids without a slot
  *   fmem mnode ARGS...       run the memory node daemon in the foreground
  *   fmem daemon ARGS...      run the allocation service in the foreground */
+#include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <fmem.h>
@@ -311,7 +312,8 @@ int main(int argc, char **argv)
                 return help_recover();
         if (argc == 4 && !strcmp(argv[3], "--leaked"))
             return cmd_recover_leaked(argv[2]);
-        if (argc == 4 && argv[2][0] != '-' && argv[3][0] != '-')
+        /* a UID that starts with '-' is a bad id ("-1"), not an option */
+        if (argc == 4 && argv[2][0] != '-' && (argv[3][0] != '-' || isdigit((unsigned char)argv[3][1])))
             return cmd_recover(argv[2], argv[3], false);
         if (argc == 5 && !strcmp(argv[4], "--force"))
             return cmd_recover(argv[2], argv[3], true);
