@@ -253,7 +253,16 @@ static void *worker_main(void *arg)
                 long p = preemptions();
                 budget = p != preempted ? 0 : budget / 2;
                 preempted = p;
+                uint64_t slept = ring_now_ns();
                 sleep_on_rings(w);
+                /* woken within the longest spin: a spin that long would
+                 * have served it without a wake-up (so a quiet machine
+                 * gets its spin back after a preemption) */
+                uint64_t dt = ring_now_ns() - slept;
+                if (dt < cap)
+                    budget = 2 * dt < WORKER_SPIN_MIN_NS ? WORKER_SPIN_MIN_NS
+                             : 2 * dt > cap               ? cap
+                                                          : 2 * dt;
                 atomic_store_explicit(&w->spin_ns, budget, memory_order_relaxed);
                 idle_since = 0;
                 continue;

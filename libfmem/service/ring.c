@@ -156,12 +156,9 @@ int ring_call(struct ring_hdr *r, const struct ring_req *req, struct ring_rsp *r
         if ((++n & 15) == 0 && ring_now_ns() - t0 > budget)
             break;
     }
-    if (st == SLOT_DONE)
+    bool caught = st == SLOT_DONE;
+    if (caught)
         spin_budget = spin_budget * 2 < RING_SPIN_MIN_NS ? RING_SPIN_MIN_NS : spin_budget * 2;
-    else
-        spin_budget /= 2;
-    if (spin_budget > spin_ns)
-        spin_budget = spin_ns;
     while (st != SLOT_DONE) {
         atomic_store(&s->waiting, 1);
         st = atomic_load(&s->state);
@@ -174,6 +171,16 @@ int ring_call(struct ring_hdr *r, const struct ring_req *req, struct ring_rsp *r
             return FMEM_EIO; /* the slot stays taken: the service is gone */
         }
     }
+    if (!caught) {
+        /* a reply that came within spin_ns would have been caught by a
+         * spin that long: spin about twice what it took; a later one
+         * (a loaded machine) halves the spin */
+        uint64_t took = ring_now_ns() - t0;
+        spin_budget = took < spin_ns ? (2 * took < RING_SPIN_MIN_NS ? RING_SPIN_MIN_NS : 2 * took)
+                                     : spin_budget / 2;
+    }
+    if (spin_budget > spin_ns)
+        spin_budget = spin_ns;
     atomic_store_explicit(&s->waiting, 0, memory_order_relaxed);
     *rsp = s->rsp;
     release_slot(r, (unsigned)i);
