@@ -8,46 +8,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include <fmem.h>
-#include <fmem_far.h>
+#include "region_fixture.h"
 
-static fmem_pool *pool;
-
-static void open_pool(void)
-{
-    cr_assert_eq(fmem_open("mem:?size=128M", &pool), 0);
-}
-static void close_pool(void)
-{
-    fmem_close(pool);
-}
 TestSuite(region, .init = open_pool, .fini = close_pool, .timeout = 60);
-
-static fmem_region *make(size_t size, size_t cache, size_t unit)
-{
-    fmem_region_config c = {.size = size, .cache_bytes = cache, .fetch_unit = unit};
-    fmem_region *r;
-    int rc = fmem_region_create(pool, &c, &r);
-    if (rc == FMEM_EACCES || rc == FMEM_ENOTSUP)
-        cr_skip_test("userfaultfd is not available here: %s", fmem_strerror(rc));
-    cr_assert_eq(rc, 0, "create: %s", fmem_strerror(rc));
-    return r;
-}
-
-static uint64_t pool_bytes(void)
-{
-    fmem_stats_t st;
-    cr_assert_eq(fmem_stats(pool, &st), 0);
-    return st.allocated_bytes;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 /* Random reads and writes (up to 2 pages long) checked against a shadow. */
 static void random_ops(unsigned char *mem, unsigned char *shadow, size_t size, unsigned ops,

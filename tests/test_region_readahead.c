@@ -9,31 +9,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include <fmem.h>
-#include <fmem_far.h>
+#include "region_fixture.h"
 
-static fmem_pool *pool;
-
-static void open_pool(void)
-{
-    cr_assert_eq(fmem_open("mem:?size=128M", &pool), 0);
-}
-static void close_pool(void)
-{
-    fmem_close(pool);
-}
 TestSuite(region_readahead, .init = open_pool, .fini = close_pool, .timeout = 120);
-
-static fmem_region *make(size_t size, size_t cache, size_t unit)
-{
-    fmem_region_config c = {.size = size, .cache_bytes = cache, .fetch_unit = unit};
-    fmem_region *r;
-    int rc = fmem_region_create(pool, &c, &r);
-    if (rc == FMEM_EACCES || rc == FMEM_ENOTSUP)
-        cr_skip_test("userfaultfd is not available here: %s", fmem_strerror(rc));
-    cr_assert_eq(rc, 0, "create: %s", fmem_strerror(rc));
-    return r;
-}
 
 static uint64_t word(size_t i)
 {
@@ -44,14 +22,6 @@ static void fill(unsigned char *m, size_t from, size_t to)
 {
     for (size_t i = from; i < to; i += 8)
         *(uint64_t *)(m + i) = word(i);
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
 }
 
 #define BLK ((size_t)64 << 10)
