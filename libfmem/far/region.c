@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "region_internal.h"
@@ -282,12 +283,43 @@ static int region_flush(fmem_region *r)
     return rc;
 }
 
+/* A unit the writer was copying when it was released gives its pool space
+ * back when the writer is done with it: wait for that too, so the space
+ * is back when a release returns. (The writer finishes within its own
+ * step; the wait rechecks every millisecond rather than rely on a
+ * broadcast from each of its paths.) */
+static void wait_writer_releases(struct fmem_region *r, size_t offset, size_t len)
+{
+    if (len == 0)
+        return;
+    size_t u = offset >> r->unit_shift, last = (offset + len - 1) >> r->unit_shift;
+    pthread_mutex_lock(&r->lock);
+    while (u <= last) {
+        const struct region_unit *un = &r->units[u];
+        if ((un->state == UNIT_FLUSHING || un->state == UNIT_EVICTING) &&
+            (un->flags & UF_RELEASED)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&r->done_cv, &r->lock, &ts);
+            continue;
+        }
+        u++;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
 static int region_release(fmem_region *r, size_t offset, size_t len)
 {
     /* the handler sees the removal event and frees the pool space */
     if (madvise(r->base + offset, len, MADV_DONTNEED) < 0)
         return FMEM_EIO;
     handler_barrier(r);
+    wait_writer_releases(r, offset, len);
     return 0;
 }
 
