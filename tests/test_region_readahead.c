@@ -4,6 +4,7 @@
  * bytes they do not write), random faults reading nothing ahead. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,11 +42,17 @@ struct race {
     unsigned id;
 };
 
+/* Releases the releaser has made: scanners start after the first few,
+ * so the race is run however the threads are scheduled. */
+static _Atomic unsigned releases_made;
+
 /* Sequential passes from a different start each: every word is the
  * pattern, or zero in a releasable block. */
 static void *scanner(void *p)
 {
     struct race *a = p;
+    while (atomic_load(&releases_made) < 8)
+        sched_yield();
     size_t words = a->size / 8, start = (a->id * a->size / 3) / 8;
     for (int pass = 0; pass < 3 && !a->bad; pass++)
         for (size_t k = 0; k < words; k++) {
@@ -80,6 +87,7 @@ static void *releaser(void *p)
             a->bad = 2;
             break;
         }
+        atomic_fetch_add(&releases_made, 1);
         if (rnd(&seed) % 4 == 0)
             fill(a->m, off, off + BLK);
     }
@@ -93,6 +101,7 @@ static void race(size_t unit)
     unsigned char *m = fmem_region_base(r);
     fill(m, 0, size);
     cr_assert_eq(fmem_region_flush(r), 0);
+    atomic_store(&releases_made, 0);
     enum { S = 2 };
     struct race a[S + 1];
     pthread_t th[S + 1];
