@@ -13,6 +13,7 @@
 #include "pool_files.h"
 #include "pool_internal.h"
 #include "protocol.h"
+#include "transport/store.h"
 #include "uri.h"
 #ifdef HAVE_RDMA
 #include "verbs/transport_verbs.h"
@@ -63,6 +64,15 @@ static int open_transport(const struct node_uri *u, uint64_t size,
         return FMEM_ENOTSUP; /* built without rdma-core */
 #endif
     }
+    if (u->kind == URI_SSD || u->kind == URI_ZMEM) {
+        /* metadata in private memory, data in the store (store.h) */
+        uint64_t meta, data;
+        struct store *s;
+        sizes_for(size, 4096, &meta, &data);
+        *created = 1;
+        int rc = u->kind == URI_SSD ? ssd_store_open(u, data, &s) : zmem_store_open(u, data, &s);
+        return rc ? rc : store_transport_open(s, meta, u->rtt_ns, tp);
+    }
     struct shm_params sp = {
         .path = u->kind == URI_MEM ? NULL : u->path,
         .create = u->create,
@@ -94,7 +104,7 @@ static int open_node(struct fmem_pool *p, const struct node_uri *u, uint64_t siz
             pool_files_unlink(u->path); /* leave no half-made pool */
         return rc;
     }
-    n->private_pool = u->kind == URI_MEM;
+    n->private_pool = u->kind == URI_MEM || u->kind == URI_SSD || u->kind == URI_ZMEM;
     if ((u->kind == URI_SHM || u->kind == URI_FILE) && !(n->path = strdup(u->path))) {
         node_close(n);
         tp_close(tp);
@@ -158,7 +168,20 @@ int embedded_open_opts(const char *uri, const struct embedded_opts *o, fmem_pool
         }
         if (admin)
             u->create = false; /* an administrator never makes a pool */
-        uint64_t size = u->size ? u->size : (u->kind == URI_MEM ? FMEM_DEFAULT_SIZE : 0);
+        uint64_t size = u->size                                      ? u->size
+                        : u->kind == URI_MEM || u->kind == URI_ZMEM ? FMEM_DEFAULT_SIZE
+                                                                     : 0;
+        if (u->kind == URI_SSD && !size) {
+            uri_set_error("ssd:%.100s: needs size= (the capacity it offers)", u->path);
+            rc = FMEM_EURI;
+            break;
+        }
+        if (admin && (u->kind == URI_SSD || u->kind == URI_ZMEM)) {
+            uri_set_error("%s nodes are private to the process that opens them",
+                          u->kind == URI_SSD ? "ssd:" : "zmem:");
+            rc = FMEM_EURI;
+            break;
+        }
         if (size > LAYOUT_MAX_SECTIONS * FMEM_SECTION_SIZE) { /* no pool file holds it */
             rc = FMEM_ESIZE;
             break;
@@ -392,8 +415,8 @@ static int emb_map(fmem_pool *p, const fmem_handle *h, void **ptr)
     int rc = access_range(p, h, 0, 0, &n, &chunk);
     if (rc)
         return rc;
-    if (!n->tp->base)
-        return FMEM_ENOTSUP;
+    if (!n->tp->base || n->tp->data_apart)
+        return FMEM_ENOTSUP; /* not mapped: fmem_read/fmem_write */
     *ptr = (char *)n->tp->base + data_off(n, chunk);
     return 0;
 }
@@ -439,6 +462,29 @@ static int emb_stats(fmem_pool *p, fmem_stats_t *st)
     st->max_retries = atomic_load(&p->max_retries);
     for (int i = 0; i < FMEM_SIZE_CLASSES; i++)
         st->size_class_allocs[i] = atomic_load(&p->size_class[i]);
+    return 0;
+}
+
+static const char *const kind_names[] = {"mem", "shm", "file", "rdma", "ssd", "zmem"};
+
+int fmem_node_stats(fmem_pool *p, unsigned node, fmem_node_stats_t *st)
+{
+    if (!p || !st)
+        return FMEM_EINVAL;
+    memset(st, 0, sizeof *st);
+    if (p->ops != &embedded_ops)
+        return FMEM_ENOTSUP; /* a service's nodes are the service's */
+    if (node >= p->nnodes)
+        return FMEM_EINVAL;
+    struct node *n = p->nodes[node];
+    st->capacity_bytes = n->g.data_size;
+    if (n->tp->ops->stats) {
+        n->tp->ops->stats(n->tp, st);
+        return 0;
+    }
+    enum uri_kind k = !n->tp->base ? URI_RDMA : n->private_pool ? URI_MEM
+                      : n->path && !strncmp(n->path, "/dev/shm/", 9) ? URI_SHM : URI_FILE;
+    snprintf(st->kind, sizeof st->kind, "%s", kind_names[k]);
     return 0;
 }
 

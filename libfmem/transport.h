@@ -33,10 +33,13 @@ struct tp_trace {
 extern _Thread_local struct tp_trace tp_trace;
 
 struct transport;
+struct fmem_node_stats_t;
 struct transport_ops {
     /* Execute ops in order, as one round trip. Returns 0 or FMEM_E*. */
     int (*batch)(struct transport *t, struct tp_op *ops, size_t n);
     void (*close)(struct transport *t);
+    /* Optional: the backend's own figures (fmem_node_stats). */
+    void (*stats)(struct transport *t, struct fmem_node_stats_t *st);
 };
 
 /* How the injected round trip is waited for (URI key rtt_mode). */
@@ -50,6 +53,8 @@ struct transport {
     uint64_t size;     /* bytes addressable */
     uint64_t meta_size; /* of which metadata (the data follows) */
     void *base;        /* direct mapping of the whole pool, or NULL */
+    bool data_apart;   /* base maps the metadata only; the data is reached
+                        * through batch alone (ssd:, zmem:) */
     uint64_t remote_base; /* verbs: remote address of offset 0, else 0 */
     uint64_t wkeys_off; /* verbs: window-key table (wkeys.h) at these offsets */
     uint64_t wkeys_size; /*  (0: keys are in the capability table) */

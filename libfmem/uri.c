@@ -1,9 +1,11 @@
 /* uri.c - "mem:?size=1G&rtt_ns=2000", "shm:/NAME?size=...", "file:/PATH",
+ * "ssd:/PATH?size=...", "zmem:?size=...&codec=lz4",
  * several joined by ';'. Every unknown key or malformed value is an error:
  * a typo must not silently open a different pool than the one asked for. */
 #include "uri.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,14 @@ static int bad(const char *fmt, const char *a, const char *b)
     return FMEM_EURI;
 }
 
+void uri_set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+}
+
 const char *uri_last_error(void)
 {
     return last_error;
@@ -45,6 +55,41 @@ static bool parse_uint(const char *s, uint64_t max, uint64_t *out)
     return true;
 }
 
+/* Keys of the ssd: and zmem: backends: 0 taken, FMEM_EURI bad value, 1 not
+ * a key of this backend. */
+static int parse_backend_key(const char *k, const char *v, struct node_uri *u)
+{
+    uint64_t x;
+    bool ssd = u->kind == URI_SSD;
+    if (ssd && !strcmp(k, "io")) {
+        if (strcmp(v, "uring") && strcmp(v, "sync"))
+            return bad("bad value io='%.60s' (want uring or sync)%s", v, "");
+        u->io = v[0] == 's';
+    } else if (ssd && !strcmp(k, "direct")) {
+        if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "auto"))
+            return bad("bad value direct='%.60s' (want 0, 1 or auto)%s", v, "");
+        u->direct = v[0] == 'a' ? -1 : v[0] - '0';
+    } else if (!ssd && !strcmp(k, "codec")) {
+        if (strcmp(v, "lz4") && strcmp(v, "zstd"))
+            return bad("bad value codec='%.60s' (want lz4 or zstd)%s", v, "");
+        strcpy(u->codec, v);
+    } else if (!ssd && !strcmp(k, "level")) {
+        if (!parse_uint(v, 19, &x) || x == 0)
+            return bad("bad value level='%.60s' (want 1..19)%s", v, "");
+        u->level = (int)x;
+    } else if (!ssd && !strcmp(k, "block")) {
+        if (!uri_parse_size(v, &u->block) || u->block < 4096 || u->block > (1u << 20) ||
+            (u->block & (u->block - 1)))
+            return bad("bad value block='%.60s' (want a power of two, 4K..1M)%s", v, "");
+    } else if (!ssd && !strcmp(k, "limit")) {
+        if (!uri_parse_size(v, &u->limit) || u->limit == 0)
+            return bad("bad value limit='%.60s'%s", v, "");
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
 static int parse_query(char *q, struct node_uri *u)
 {
     for (char *save = NULL, *kv = strtok_r(q, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
@@ -54,6 +99,7 @@ static int parse_query(char *q, struct node_uri *u)
         *eq = 0;
         const char *k = kv, *v = eq + 1;
         uint64_t x;
+        int r;
         if (!strcmp(k, "size")) {
             if (!uri_parse_size(v, &u->size) || u->size == 0)
                 return bad("bad value %.60s='%.60s'", k, v);
@@ -87,6 +133,10 @@ static int parse_query(char *q, struct node_uri *u)
             if (strcmp(v, "0") && strcmp(v, "1"))
                 return bad("bad value %.60s='%.60s'", k, v);
             u->create = v[0] == '1';
+        } else if ((u->kind == URI_SSD || u->kind == URI_ZMEM) &&
+                   (r = parse_backend_key(k, v, u)) != 1) {
+            if (r)
+                return r;
         } else {
             return bad("unknown parameter '%.60s'%s", k, u->kind != URI_RDMA &&
                        (!strcmp(k, "src") || !strcmp(k, "token")) ? " (rdma:// only)" : "");
@@ -140,8 +190,21 @@ static int parse_one(char *s, struct node_uri *u)
             if (*c < '0' || *c > '9')
                 return bad("'%.60s': bad port '%.10s'", s, u->port);
         u->kind = URI_RDMA;
+    } else if (!strncmp(s, "ssd:", 4)) {
+        /* ssd:/PATH: a file or block device holding the data area */
+        if (s[4] != '/' || s[5] == 0 || s[strlen(s) - 1] == '/' || strlen(s + 4) >= sizeof u->path)
+            return bad("'%.60s': want ssd:/ABSOLUTE/PATH (a file or a block device)%s", s, "");
+        u->kind = URI_SSD;
+        u->direct = -1;
+        strcpy(u->path, s + 4);
+    } else if (!strncmp(s, "zmem:", 5)) {
+        u->kind = URI_ZMEM;
+        strcpy(u->codec, "lz4");
+        if (s[5])
+            return bad("'%.60s': zmem: takes no path%s", s, "");
     } else {
-        return bad("'%.60s': unknown scheme (want mem:, shm:, file: or rdma://)%s", s, "");
+        return bad("'%.60s': unknown scheme (want mem:, shm:, file:, rdma://, ssd: or zmem:)%s",
+                   s, "");
     }
     if (q && parse_query(q, u))
         return FMEM_EURI;

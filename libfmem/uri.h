@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum uri_kind { URI_MEM, URI_SHM, URI_FILE, URI_RDMA };
+enum uri_kind { URI_MEM, URI_SHM, URI_FILE, URI_RDMA, URI_SSD, URI_ZMEM };
 
 struct node_uri {
     enum uri_kind kind;
@@ -21,6 +21,14 @@ struct node_uri {
     unsigned rtt_mode;   /* enum tp_rtt_mode: 0 spin (default), 1 nic */
     unsigned user;       /* 0: claim one */
     bool create;
+    /* ssd: and zmem: backends (libfmem/transport/, docs/backends.md) */
+    unsigned io;         /* ssd: 0 io_uring when the kernel allows it, else
+                          * pread/pwrite; 1 pread/pwrite always */
+    int direct;          /* ssd: -1 O_DIRECT where the file system has it, 0 never, 1 required */
+    char codec[8];       /* zmem: "lz4" (default) or "zstd" */
+    int level;           /* zmem: codec level (zstd 1..19; lz4 acceleration), 0 default */
+    uint64_t block;      /* zmem: bytes compressed as one piece, 0 default */
+    uint64_t limit;      /* zmem: most compressed bytes held, 0 none */
 };
 
 #define URI_MAX_NODES 64
@@ -31,6 +39,8 @@ int uri_parse(const char *uri, struct node_uri *out, int max);
 /* Why this thread's last failed uri_parse failed, naming the bad part, key
  * or value ("bad value size='12Q'"); "" if it did not fail. */
 const char *uri_last_error(void);
+/* Set that message (a backend that cannot open what the URI names). */
+void uri_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Split "HOST:PORT" at its last colon into host[hcap] and port[pcap]; false
  * unless both are non-empty and fit. */
 bool uri_split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap);

@@ -100,6 +100,12 @@ typedef struct fmem_stats_t {
  *   "shm:/NAME?size=1G"       named pool in /dev/shm, shared by processes;
  *                             created when absent (size needed), else opened
  *   "file:/PATH?size=1G"      named pool in any file (e.g. on hugetlbfs)
+ *   "ssd:/PATH?size=16G"      data area in a file or block device, read and
+ *                             written with io_uring (io=uring|sync,
+ *                             direct=auto|0|1); private to the process
+ *   "zmem:?size=4G&codec=lz4" data area compressed (codec=lz4|zstd,
+ *                             level=N, block=4K..1M, limit=BYTES) in this
+ *                             process's memory (docs/backends.md)
  * Query parameters: size= (K/M/G/T, optionally with B or iB: powers of 1024;
  * rounded up to 2 MiB sections),
  * nodes=N (that many memory nodes, for mem:), rtt_ns=N (injected round-trip
@@ -149,6 +155,29 @@ FMEM_API int fmem_write(fmem_pool *pool, const fmem_handle *h, uint64_t offset,
 /* Fill *out with the pool's space (all users) and this process's counters
  * (fmem_stats_t above). */
 FMEM_API int fmem_stats(fmem_pool *pool, fmem_stats_t *out);
+
+/* One memory node's backend: what it holds and how its data moved. The
+ * I/O figures are this process's, counted by the ssd: and zmem: backends
+ * (other nodes report kind and capacity only). */
+typedef struct fmem_node_stats_t {
+    char kind[8];             /* "mem", "shm", "file", "rdma", "ssd", "zmem" */
+    char detail[56];          /* e.g. "io_uring, O_DIRECT" or "lz4, 4096-byte blocks" */
+    uint64_t capacity_bytes;  /* data bytes the node offers */
+    uint64_t held_bytes;      /* bytes the backend holds for them now (zmem:
+                               * compressed; ssd: the file's allocated blocks) */
+    uint64_t stored_bytes;    /* zmem: uncompressed bytes of the blocks held */
+    double compression_ratio; /* zmem: stored_bytes / held_bytes (0: none held) */
+    uint64_t reads, writes;   /* data operations served */
+    uint64_t bytes_read, bytes_written;
+    uint64_t read_ns, write_ns; /* time spent in them */
+    double read_mb_s, write_mb_s; /* bytes / time spent (MB = 10^6 bytes) */
+    double read_lat_us, write_lat_us; /* mean time per operation */
+    uint64_t errors;          /* operations that failed */
+    char last_error[96];      /* the last failure, "" if none */
+    uint64_t reserved[8];
+} fmem_node_stats_t;
+/* Node `node` (0 .. fmem_stats().nodes - 1) of an embedded pool. */
+FMEM_API int fmem_node_stats(fmem_pool *pool, unsigned node, fmem_node_stats_t *out);
 /* A short English text for an FMEM_E* code (or 0); never NULL. */
 FMEM_API const char *fmem_strerror(int err);
 /* After a call of this thread returned FMEM_EURI (fmem_open, fmem_unlink,
