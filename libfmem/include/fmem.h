@@ -173,7 +173,7 @@ typedef struct fmem_node_stats_t {
     double read_mb_s, write_mb_s; /* bytes / time spent (MB = 10^6 bytes) */
     double read_lat_us, write_lat_us; /* mean time per operation */
     uint64_t errors;          /* operations that failed */
-    char last_error[96];      /* the last failure, "" if none */
+    char last_error[160];     /* the last failure, "" if none */
     uint64_t reserved[8];
 } fmem_node_stats_t;
 /* Node `node` (0 .. fmem_stats().nodes - 1) of an embedded pool. */

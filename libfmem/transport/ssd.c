@@ -104,20 +104,19 @@ static int xfer_all(struct ssd_store *d, bool wr, uint64_t off, char *buf, size_
         if (n == -EINTR || n == -EAGAIN)
             continue;
         if (n < 0) {
-            store_fail(&d->s, "%s at offset %llu of %s: %s", wr ? "write" : "read",
-                       (unsigned long long)(off + done), d->path, strerror((int)-n));
+            store_fail(&d->s, "%s at offset %llu: %s (%s)", wr ? "write" : "read",
+                       (unsigned long long)(off + done), strerror((int)-n), d->path);
             return FMEM_EIO;
         }
         if (n == 0) {
             if (wr) {
-                store_fail(&d->s, "write at offset %llu of %s: no progress",
+                store_fail(&d->s, "write at offset %llu: no progress (%s)",
                            (unsigned long long)(off + done), d->path);
                 return FMEM_EIO;
             }
             if (off + done < atomic_load(&d->written_end)) {
-                store_fail(&d->s, "read at offset %llu of %s: the file ends before the data "
-                           "written to it (cut by someone?)", (unsigned long long)(off + done),
-                           d->path);
+                store_fail(&d->s, "file cut: read at offset %llu ends before the data written "
+                           "there (%s)", (unsigned long long)(off + done), d->path);
                 return FMEM_EIO;
             }
             memset(buf + done, 0, len - done); /* never written */

@@ -34,7 +34,7 @@ struct store {
     uint64_t size;    /* data bytes */
     _Atomic uint64_t reads, writes, bytes_read, bytes_written, read_ns, write_ns, errors;
     _Atomic int error_seq; /* last_error is being written when odd */
-    char last_error[96];
+    char last_error[160];
 };
 
 /* Record why an operation failed (kept for fmem_node_stats). */
