@@ -190,6 +190,20 @@ static int status_pool(const char *uri, const char *png, unsigned want_node, boo
             status = 2;
             continue;
         }
+        if (us[i].kind == URI_SSD || us[i].kind == URI_ZMEM) {
+            /* metadata in the opener's memory: only it can report (docs/backends.md) */
+            struct stat st;
+            bool ssd = us[i].kind == URI_SSD;
+            fprintf(stderr, "fmem: %s%s%s a node private to the process that opens it; its "
+                            "figures come from fmem_node_stats() in that process",
+                    ssd ? "ssd:" : "zmem:", ssd ? us[i].path : "", ssd ? ":" : "");
+            if (ssd && stat(us[i].path, &st) == 0)
+                fprintf(stderr, " (the file holds %llu bytes on disk now)",
+                        (unsigned long long)st.st_blocks * 512);
+            fprintf(stderr, "\n");
+            status = 2;
+            continue;
+        }
         struct geometry g;
         const void *meta;
         size_t len;
