@@ -164,8 +164,8 @@ int fmem_unlink(const char *uri)
         return FMEM_ENOMEM;
     int n = uri_parse(uri, us, URI_MAX_NODES), rc = n < 0 ? n : 0;
     for (int i = 0; i < n; i++) {
-        if (us[i].kind == URI_MEM)
-            continue;
+        if (us[i].kind == URI_MEM || us[i].kind == URI_ZMEM)
+            continue; /* no files */
         char data_path[PATH_MAX + 16];
         snprintf(data_path, sizeof data_path, "%s.data", us[i].path);
         if (unlink(us[i].path) < 0 && rc == 0)
