@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <linux/filter.h>
+#include <pthread.h>
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <stddef.h>
@@ -503,5 +504,69 @@ Test(backends, node_stats_arguments)
         cr_assert_eq(fmem_alloc(p, 4096, &h), 0);
     while (h.node != 1);
     cr_assert_eq(fmem_map(p, &h, &ptr), FMEM_ENOTSUP, "a zmem: block is not mapped");
+    fmem_close(p);
+}
+
+/* Threads write their own slices of the same blocks at once (slices that
+ * share 4 KiB pages and compression blocks): a partial write patches its
+ * block under a lock, so no thread's bytes are undone by another's. */
+struct slicer {
+    fmem_pool *p;
+    fmem_handle *h;
+    unsigned nblk, me, nthreads;
+    size_t blk, slice;
+    char *last; /* [nblk][slice]: what this thread wrote last */
+};
+
+static void *slice_writer(void *arg)
+{
+    struct slicer *w = arg;
+    uint64_t s = 1000 + w->me;
+    char buf[1500];
+    for (int round = 0; round < 400; round++) {
+        unsigned b = (unsigned)(rnd(&s) % w->nblk);
+        for (size_t at = w->me * w->slice; at + w->slice <= w->blk; at += w->nthreads * w->slice) {
+            fill(buf, w->slice, rnd(&s));
+            if (fmem_write(w->p, &w->h[b], at, buf, w->slice))
+                return "write failed";
+            memcpy(w->last + ((size_t)b * w->blk + at), buf, w->slice);
+        }
+    }
+    return NULL;
+}
+
+Test(backends, concurrent_partial_writes)
+{
+    char uri[512];
+    snprintf(uri, sizeof uri, "zmem:?size=8M;ssd:%s?size=8M;zmem:?size=8M&codec=zstd&block=64K",
+             ssd_path[0]);
+    fmem_pool *p = open_ok(uri);
+    enum { NB = 6, NT = 4, BLK = 64 << 10, SLICE = 1000 };
+    fmem_handle h[NB];
+    for (unsigned i = 0; i < NB; i++)
+        cr_assert_eq(fmem_alloc(p, BLK, &h[i]), 0);
+    char *last = calloc(NB, BLK);
+    for (unsigned i = 0; i < NB; i++)
+        cr_assert_eq(fmem_write(p, &h[i], 0, last, BLK), 0);
+    struct slicer w[NT];
+    pthread_t t[NT];
+    for (unsigned i = 0; i < NT; i++) {
+        w[i] = (struct slicer){.p = p, .h = h, .nblk = NB, .me = i, .nthreads = NT, .blk = BLK,
+                               .slice = SLICE, .last = last};
+        cr_assert_eq(pthread_create(&t[i], NULL, slice_writer, &w[i]), 0);
+    }
+    for (unsigned i = 0; i < NT; i++) {
+        void *err;
+        pthread_join(t[i], &err);
+        cr_assert_null(err, "thread %u: %s", i, (char *)err);
+    }
+    char *back = malloc(BLK);
+    for (unsigned i = 0; i < NB; i++) {
+        cr_assert_eq(fmem_read(p, &h[i], 0, back, BLK), 0);
+        cr_assert(!memcmp(back, last + (size_t)i * BLK, BLK), "block %u (node %u) lost a write", i,
+                  h[i].node);
+    }
+    free(back);
+    free(last);
     fmem_close(p);
 }

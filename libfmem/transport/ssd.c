@@ -219,6 +219,7 @@ static void ssd_close(struct store *s)
     pthread_mutex_destroy(&d->rmw_mu);
     if (d->fd >= 0)
         close(d->fd);
+    store_fini(&d->s);
     free(d);
 }
 
@@ -260,9 +261,7 @@ int ssd_store_open(const struct node_uri *u, uint64_t data_size, struct store **
     pthread_mutex_init(&d->rmw_mu, NULL);
     for (unsigned i = 0; i < SSD_RINGS; i++)
         pthread_mutex_init(&d->rings[i].mu, NULL);
-    d->s.ops = &ssd_ops;
-    d->s.kind = "ssd";
-    d->s.size = data_size;
+    store_init(&d->s, &ssd_ops, "ssd", data_size);
 
     int err = open_file(d, u);
     if (err == -1)

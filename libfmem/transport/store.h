@@ -8,6 +8,7 @@
 #ifndef FMEM_STORE_H
 #define FMEM_STORE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,9 +34,13 @@ struct store {
     const char *kind; /* "ssd", "zmem" */
     uint64_t size;    /* data bytes */
     _Atomic uint64_t reads, writes, bytes_read, bytes_written, read_ns, write_ns, errors;
-    _Atomic int error_seq; /* last_error is being written when odd */
-    char last_error[160];
+    pthread_mutex_t error_mu;
+    char last_error[160]; /* error_mu */
 };
+
+/* Set up the common part / take it down (the store's open and close). */
+void store_init(struct store *s, const struct store_ops *ops, const char *kind, uint64_t size);
+void store_fini(struct store *s);
 
 /* Record why an operation failed (kept for fmem_node_stats). */
 void store_fail(struct store *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -17,16 +17,28 @@ struct store_transport {
     size_t map_len;
 };
 
+void store_init(struct store *s, const struct store_ops *ops, const char *kind, uint64_t size)
+{
+    s->ops = ops;
+    s->kind = kind;
+    s->size = size;
+    pthread_mutex_init(&s->error_mu, NULL);
+}
+
+void store_fini(struct store *s)
+{
+    pthread_mutex_destroy(&s->error_mu);
+}
+
 void store_fail(struct store *s, const char *fmt, ...)
 {
     atomic_fetch_add(&s->errors, 1);
-    /* a reader may see a message half written; it is only ever text */
-    atomic_fetch_add(&s->error_seq, 1);
     va_list ap;
     va_start(ap, fmt);
+    pthread_mutex_lock(&s->error_mu);
     vsnprintf(s->last_error, sizeof s->last_error, fmt, ap);
+    pthread_mutex_unlock(&s->error_mu);
     va_end(ap);
-    atomic_fetch_add(&s->error_seq, 1);
 }
 
 static void meta_op(char *base, struct tp_op *op)
@@ -137,9 +149,9 @@ static void st_stats(struct transport *t, fmem_node_stats_t *o)
     o->write_mb_s = o->write_ns ? (double)o->bytes_written * 1e3 / (double)o->write_ns : 0;
     o->read_lat_us = o->reads ? (double)o->read_ns / 1e3 / (double)o->reads : 0;
     o->write_lat_us = o->writes ? (double)o->write_ns / 1e3 / (double)o->writes : 0;
-    int seq = atomic_load(&s->error_seq);
-    if (!(seq & 1))
-        snprintf(o->last_error, sizeof o->last_error, "%s", s->last_error);
+    pthread_mutex_lock(&s->error_mu);
+    snprintf(o->last_error, sizeof o->last_error, "%s", s->last_error);
+    pthread_mutex_unlock(&s->error_mu);
     s->ops->stats(s, o);
     o->compression_ratio =
         o->held_bytes && o->stored_bytes ? (double)o->stored_bytes / (double)o->held_bytes : 0;

@@ -275,6 +275,7 @@ static void zm_close(struct store *s)
     }
     for (unsigned i = 0; i < ZM_LOCKS; i++)
         pthread_mutex_destroy(&z->locks[i]);
+    store_fini(&z->s);
     free(z);
 }
 
@@ -288,9 +289,7 @@ int zmem_store_open(const struct node_uri *u, uint64_t data_size, struct store *
         return FMEM_ENOMEM;
     for (unsigned i = 0; i < ZM_LOCKS; i++)
         pthread_mutex_init(&z->locks[i], NULL);
-    z->s.ops = &zmem_ops;
-    z->s.kind = "zmem";
-    z->s.size = data_size;
+    store_init(&z->s, &zmem_ops, "zmem", data_size);
     z->zstd = !strcmp(u->codec, "zstd");
     z->level = u->level;
     z->block = u->block ? (uint32_t)u->block : 4096;
