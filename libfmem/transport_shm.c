@@ -114,14 +114,16 @@ static void shm_close(struct transport *t)
 
 static const struct transport_ops shm_ops = {.batch = shm_batch, .close = shm_close};
 
+
+/* -1 also for a transport of another kind (e.g. ssd:, zmem:) */
 int shm_transport_meta_fd(const struct transport *t)
 {
-    return ((const struct shm_transport *)t)->meta_fd;
+    return t->ops == &shm_ops ? ((const struct shm_transport *)t)->meta_fd : -1;
 }
 
 int shm_transport_data_fd(const struct transport *t)
 {
-    return ((const struct shm_transport *)t)->data_fd;
+    return t->ops == &shm_ops ? ((const struct shm_transport *)t)->data_fd : -1;
 }
 
 static uint64_t file_size(int fd)

@@ -55,6 +55,10 @@ expect 2 1 "unknown parameter 'sise'" -- "$B/fmem" status "shm:/fmem-packaging-x
 expect 2 1 "bad value size='1Q'" -- "$B/fmem" status "shm:/fmem-packaging-x?size=1Q"
 expect 2 1 "unknown scheme" -- "$B/fmem" status "nfs:/x"
 expect 2 1 "unknown parameter 'sise'" -- "$B/fmem" verify "shm:/fmem-packaging-x?sise=1G"
+# ssd: and zmem: nodes live in their process: nothing to read from outside
+expect 2 1 "zmem: a node private to the process that opens it" -- "$B/fmem" status "zmem:?size=4M"
+expect 2 1 "private to the process that opens them" -- "$B/fmem" verify "zmem:?size=4M"
+expect 2 1 "bad value codec='lz5' (want lz4 or zstd)" -- "$B/fmem" status "zmem:?codec=lz5"
 # a bare path must be a socket; errno's text is kept
 expect 2 1 "$tmp/none: No such file or directory" -- "$B/fmem" status "$tmp/none"
 : >"$tmp/plain"

@@ -54,10 +54,17 @@ static fmem_pool *open_existing(const char *uri)
     int saved = errno;
     if (rc == FMEM_EURI) { /* the library's parser says "invalid"; ours says why */
         struct node_uri *us = calloc(URI_MAX_NODES, sizeof *us);
-        if (us && uri_parse(uri, us, URI_MAX_NODES) < 0 && *uri_last_error()) {
+        int n = us ? uri_parse(uri, us, URI_MAX_NODES) : 0;
+        if (n < 0 && *uri_last_error()) {
             fprintf(stderr, "fmem: %s: %s\n", uri, uri_last_error());
             exit(2);
         }
+        for (int i = 0; i < n; i++)
+            if (us[i].kind == URI_SSD || us[i].kind == URI_ZMEM) {
+                fprintf(stderr, "fmem: %s: ssd: and zmem: nodes are private to the process that "
+                                "opens them; name a shared pool\n", uri);
+                exit(2);
+            }
         free(us);
     }
     if (rc) {
