@@ -230,7 +230,9 @@ static int fail_open(struct ssd_store *d, const char *what, int err)
 {
     uri_set_error("ssd:%.100s: %s%s%s", d->path, what, err ? ": " : "", err ? strerror(err) : "");
     ssd_close(&d->s);
-    return err == ENOENT || err == EACCES || err == EISDIR || err == EINVAL ? FMEM_EURI : FMEM_EIO;
+    /* what the URI names cannot serve: a URI error; else the system's */
+    return !err || err == ENOENT || err == EACCES || err == EISDIR || err == EINVAL ? FMEM_EURI
+                                                                                   : FMEM_EIO;
 }
 
 /* Open the file; O_DIRECT if asked or (auto) if the file system has it. */
