@@ -30,8 +30,9 @@ obj=$out/build/obj
 bin=$out/build/fuzz_$target
 seeds=$srcdir/tests/fuzz/seeds/$target
 
-core_sources() { # every library source that needs nothing but libc
-    (cd "$srcdir" && ls libfmem/*.c libfmem/service/*.c) |
+core_sources() { # every library source that needs nothing but libc (and the
+    # ssd:/zmem: stores' lz4 and zstd; ssd: without liburing here)
+    (cd "$srcdir" && ls libfmem/*.c libfmem/service/*.c libfmem/transport/*.c) |
         grep -v -e status_cmd.c -e pngmap.c
 }
 extra=""
@@ -89,7 +90,7 @@ relink=""
 [ -f "$bin" ] || relink=1
 for o in $objs; do [ "$o" -nt "$bin" ] && relink=1; done
 if [ -n "$relink" ] &&
-    ! $clang $FLAGS -fsanitize=fuzzer $objs -lpthread -o "$bin" 2>>"$log"; then
+    ! $clang $FLAGS -fsanitize=fuzzer $objs -lpthread -llz4 -lzstd -o "$bin" 2>>"$log"; then
     echo "fuzz.sh: the $target target does not link:"
     tail -n 20 "$log"
     exit 1

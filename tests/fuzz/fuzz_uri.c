@@ -38,6 +38,17 @@ static void check_node(const struct node_uri *u)
         if (!u->path[0] || !u->port[0] || u->port[strspn(u->port, "0123456789")])
             abort();
         break;
+    case URI_SSD: /* an absolute path to a file or device */
+        if (u->path[0] != '/' || !u->path[1] || u->path[strlen(u->path) - 1] == '/' || u->io > 1 ||
+            u->direct < -1 || u->direct > 1)
+            abort();
+        break;
+    case URI_ZMEM:
+        if ((strcmp(u->codec, "lz4") && strcmp(u->codec, "zstd")) || u->level < 0 ||
+            u->level > 19 || (u->block && (u->block < 4096 || u->block > (1u << 20) ||
+                                           (u->block & (u->block - 1)))))
+            abort();
+        break;
     default:
         abort();
     }
