@@ -35,6 +35,7 @@
 
 struct ssd_ring {
     pthread_mutex_t mu;
+    bool broken; /* a submit or wait failed: plain I/O from now on */
 #ifdef HAVE_LIBURING
     struct io_uring ring;
 #endif
@@ -68,23 +69,39 @@ static ssize_t xfer(struct ssd_store *d, bool wr, uint64_t off, void *buf, size_
             r = &d->rings[start % d->nrings];
             pthread_mutex_lock(&r->mu);
         }
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-        ssize_t res = -EAGAIN;
+        ssize_t res = 0;
+        struct io_uring_sqe *sqe = r->broken ? NULL : io_uring_get_sqe(&r->ring);
         if (sqe) {
             if (wr)
                 io_uring_prep_write(sqe, d->fd, buf, (unsigned)len, (off_t)off);
             else
                 io_uring_prep_read(sqe, d->fd, buf, (unsigned)len, (off_t)off);
             struct io_uring_cqe *cqe = NULL;
-            int rc = io_uring_submit_and_wait(&r->ring, 1);
-            if (rc >= 0)
-                rc = io_uring_wait_cqe(&r->ring, &cqe);
+            int rc;
+            do
+                rc = io_uring_submit(&r->ring);
+            while (rc == -EINTR);
+            if (rc == 1) {
+                do
+                    rc = io_uring_wait_cqe(&r->ring, &cqe);
+                while (rc == -EINTR);
+            } else if (rc >= 0) {
+                rc = -EIO;
+            }
             if (rc < 0) {
+                /* the ring's state is unknown now: this ring is done */
+                r->broken = true;
                 res = rc;
             } else {
                 res = cqe->res;
                 io_uring_cqe_seen(&r->ring, cqe);
             }
+        }
+        if (!sqe) { /* a broken ring (or, never expected, a full one): plain I/O */
+            r->broken = true;
+            res = wr ? pwrite(d->fd, buf, len, (off_t)off) : pread(d->fd, buf, len, (off_t)off);
+            if (res < 0)
+                res = -errno;
         }
         pthread_mutex_unlock(&r->mu);
         return res;
