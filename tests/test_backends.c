@@ -570,3 +570,35 @@ Test(backends, concurrent_partial_writes)
     free(last);
     fmem_close(p);
 }
+
+/* A heap maps its slabs: on a pool that mixes mapped nodes with ssd: and
+ * zmem: ones it takes its slabs from the mapped nodes. */
+Test(backends, heap_on_mixed_pool_uses_mapped_nodes)
+{
+    char uri[512];
+    snprintf(uri, sizeof uri, "zmem:?size=16M;mem:?size=32M;ssd:%s?size=16M", ssd_path[0]);
+    for (int round = 0; round < 3; round++) { /* the round robin starts anywhere */
+        fmem_pool *p = open_ok(uri);
+        for (int k = 0; k < round; k++) {
+            fmem_handle t;
+            cr_assert_eq(fmem_alloc(p, 4096, &t), 0);
+        }
+        fmem_heap *h;
+        int rc = fmem_heap_new(p, &h);
+        cr_assert_eq(rc, 0, "%s", fmem_strerror(rc));
+        enum { N = 3000 };
+        static char *obj[N];
+        for (int i = 0; i < N; i++) {
+            obj[i] = fmem_heap_malloc(h, 500 + (size_t)(i % 7) * 300);
+            cr_assert_not_null(obj[i], "allocation %d of round %d", i, round);
+            memset(obj[i], i & 0xff, 500);
+        }
+        for (int i = 0; i < N; i++) {
+            for (int j = 0; j < 500; j++)
+                cr_assert_eq((unsigned char)obj[i][j], i & 0xff);
+            cr_assert_eq(fmem_heap_free(h, obj[i]), 0);
+        }
+        fmem_heap_destroy(h);
+        fmem_close(p);
+    }
+}

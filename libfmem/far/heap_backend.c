@@ -26,16 +26,24 @@ void heap_account(struct fmem_heap *h, int64_t delta)
     }
 }
 
+/* A pool may mix nodes whose blocks cannot be mapped (ssd:, zmem:): the
+ * next allocation goes to the next node, so try a few. */
+#define MAP_TRIES 64
+
 int backend_init(struct fmem_heap *h)
 {
     if (h->kind == HEAP_POOL) {
-        fmem_handle t; /* can this transport map? */
+        fmem_handle t; /* can this transport map? (some node of the pool) */
         void *p;
-        int rc = fmem_alloc(h->pool, FMEM_CHUNK_SIZE, &t);
-        if (rc)
-            return rc;
-        rc = fmem_map(h->pool, &t, &p);
-        fmem_free(h->pool, &t);
+        int rc;
+        for (int tries = 0; tries < MAP_TRIES; tries++) {
+            if ((rc = fmem_alloc(h->pool, FMEM_CHUNK_SIZE, &t)) != 0)
+                return rc;
+            rc = fmem_map(h->pool, &t, &p);
+            fmem_free(h->pool, &t);
+            if (rc != FMEM_ENOTSUP)
+                break;
+        }
         return rc;
     }
     h->nblocks = fmem_region_size(h->region) / BLOCK;
@@ -184,13 +192,15 @@ int backend_get(struct fmem_heap *h, size_t len, struct span *out)
 {
     memset(out, 0, sizeof *out);
     if (h->kind == HEAP_POOL) {
-        int rc = fmem_alloc(h->pool, len, &out->h);
-        if (rc)
-            return rc;
-        rc = fmem_map(h->pool, &out->h, (void **)&out->ptr);
-        if (rc) {
+        int rc;
+        for (int tries = 0;; tries++) {
+            if ((rc = fmem_alloc(h->pool, len, &out->h)) != 0)
+                return rc;
+            if ((rc = fmem_map(h->pool, &out->h, (void **)&out->ptr)) == 0)
+                break;
             fmem_free(h->pool, &out->h);
-            return rc;
+            if (rc != FMEM_ENOTSUP || tries + 1 >= MAP_TRIES)
+                return rc;
         }
         out->len = out->h.length;
         heap_account(h, (int64_t)out->len);
