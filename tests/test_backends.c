@@ -598,6 +598,15 @@ Test(backends, heap_on_mixed_pool_uses_mapped_nodes)
                 cr_assert_eq((unsigned char)obj[i][j], i & 0xff);
             cr_assert_eq(fmem_heap_free(h, obj[i]), 0);
         }
+        /* large objects too: one block, or several */
+        for (int i = 0; i < 12; i++) {
+            size_t len = (size_t)(100 << 10) + (size_t)i * (300 << 10);
+            char *big = fmem_heap_malloc(h, len);
+            cr_assert_not_null(big, "large object %d (%zu bytes) of round %d", i, len, round);
+            memset(big, 0x5a, len);
+            cr_assert_eq(big[len - 1], 0x5a);
+            cr_assert_eq(fmem_heap_free(h, big), 0);
+        }
         fmem_heap_destroy(h);
         fmem_close(p);
     }

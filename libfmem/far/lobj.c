@@ -133,13 +133,18 @@ static int take_blocks(fmem_pool *pool, const size_t *sizes, unsigned k, struct 
 static int alloc_single(fmem_pool *pool, size_t size, size_t align, struct lobj *o)
 {
     size_t extra = align > PAGE ? align : 0;
-    int rc = fmem_alloc(pool, size + extra, &o->b[0].h);
-    if (rc)
-        return rc;
+    int rc;
     void *home;
-    if ((rc = fmem_map(pool, &o->b[0].h, &home)) != 0) {
+    /* a pool may mix nodes whose blocks cannot be mapped (ssd:, zmem:):
+     * the next allocation goes to the next node */
+    for (int tries = 0;; tries++) {
+        if ((rc = fmem_alloc(pool, size + extra, &o->b[0].h)) != 0)
+            return rc;
+        if ((rc = fmem_map(pool, &o->b[0].h, &home)) == 0)
+            break;
         fmem_free(pool, &o->b[0].h);
-        return rc;
+        if (rc != FMEM_ENOTSUP || tries + 1 >= 64)
+            return rc;
     }
     o->b[0].fd = -1;
     o->n = 1;
@@ -186,6 +191,10 @@ int lobj_alloc(fmem_pool *pool, size_t size, size_t align, struct lobj *o)
         if ((rc = fmem_map(pool, &o->b[0].h, &home)) != 0) {
             free_blocks(pool, o->b, n);
             memset(o, 0, sizeof *o);
+            if (rc != FMEM_ENOTSUP)
+                return rc;
+            if ((rc = alloc_single(pool, size, align, o)) != 0) /* from a mapped node */
+                memset(o, 0, sizeof *o);
             return rc;
         }
         o->b[0].fd = -1;
