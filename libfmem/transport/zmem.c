@@ -130,13 +130,10 @@ static int unpack(struct zmem_store *z, struct zm_scratch *t, uint64_t b, char *
     return 0;
 }
 
+/* (p may be unaligned: a caller's buffer) */
 static bool all_zero(const char *p, size_t n)
 {
-    const uint64_t *w = (const uint64_t *)p;
-    for (size_t i = 0; i < n / 8; i++)
-        if (w[i])
-            return false;
-    return true;
+    return p[0] == 0 && !memcmp(p, p + 1, n - 1);
 }
 
 /* Compress a whole block into a fresh allocation: *out NULL for zeros. */
