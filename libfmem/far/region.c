@@ -39,6 +39,7 @@ static int check_config(const fmem_region_config *c, size_t *unit)
 
 static void region_free(struct fmem_region *r)
 {
+    remote_fini(r); /* I/O workers, policy */
     if (r->base)
         munmap(r->base, r->size);
     if (r->uffd >= 0)
@@ -204,6 +205,10 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
         free(r);
         return rc;
     }
+    if ((rc = remote_init(r, cfg)) != 0) { /* paths, chunk layout, policy */
+        region_free(r);
+        return rc;
+    }
     fork_objects_lock();
     if ((rc = init_tables(r)) != 0 || (rc = init_mapping(r)) != 0 ||
         (rc = region_start_threads(r)) != 0) {
@@ -343,6 +348,7 @@ static int region_stats(fmem_region *r, fmem_region_stats_t *out)
     out->releases = atomic_load(&c->releases);
     out->alloc_failures = atomic_load(&c->alloc_failures);
     out->cache_bytes = (uint64_t)r->cap * r->unit;
+    remote_fill_stats(r, out);
     pthread_mutex_lock(&r->lock);
     out->cached_bytes = (uint64_t)(r->cap - r->nfree) * r->unit;
     pthread_mutex_unlock(&r->lock);
