@@ -15,9 +15,10 @@
  *     least half of the faults are sequential; an eighth of it when at
  *     least one in eight is; none below that or when most faults re-fault
  *     (read-ahead would evict what is wanted again);
- *   - I/O width: two transfers per path when there is read-ahead to keep
- *     the paths busy with, one per path otherwise (demand faults come one
- *     unit at a time; the width then serves eviction batches);
+ *   - I/O width: two transfers per path (four on a single path) when
+ *     there is read-ahead to keep the paths busy with, one per path
+ *     otherwise (demand faults come one unit at a time; the width then
+ *     serves eviction batches);
  *   - stripe width: every path whose transfers ran at least a quarter as
  *     fast as the fastest path's (a slow path would hold up every step
  *     that has units on it); all paths until each has been measured.
@@ -54,7 +55,9 @@ static unsigned fixed(const struct fmem_region *r, unsigned bit)
 
 static unsigned default_io_width(const struct fmem_region *r)
 {
-    unsigned w = 2 * r->npaths;
+    /* a few transfers queued per path even on one: a request waiting to be
+     * posted leaves its link idle */
+    unsigned w = r->npaths < 2 ? 4 : 2 * r->npaths;
     return w > REGION_IO_MAX ? REGION_IO_MAX : w;
 }
 
