@@ -440,3 +440,28 @@ Test(paths_policy, settings_change_under_load, .timeout = 240)
     free(shadow);
     fmem_close(p);
 }
+
+/* A node behind a link far slower than the others is left out of the
+ * stripe for new chunks; nodes behind equal links are all used. */
+Test(paths_policy, slow_link_left_out_of_the_stripe, .timeout = 60)
+{
+    fmem_pool *p;
+    cr_assert_eq(fmem_open("mem:?size=16M&bw=4G;mem:?size=16M&bw=2G;mem:?size=16M&bw=64M", &p), 0);
+    fmem_region *r = make_on(p, 4 << 20, 1 << 20, 16 << 10);
+    char *base = fmem_region_base(r);
+    for (size_t off = 0; off < (4 << 20); off += 4096)
+        base[off] = 1;
+    fmem_region_stats_t st;
+    cr_assert_eq(fmem_region_stats(r, &st), 0);
+    cr_assert_eq(st.paths, 3);
+    cr_assert_eq(st.stripe_width, 2);
+    fmem_region_path_t path[3];
+    cr_assert_eq(fmem_region_paths(r, path, 3), 3);
+    cr_assert_gt(path[0].chunks, 0);
+    cr_assert_gt(path[1].chunks, 0);
+    cr_assert_eq(path[2].chunks, 0, "the slow node got %llu chunks",
+                 (unsigned long long)path[2].chunks);
+    cr_assert_eq(path[2].placing, 0);
+    fmem_region_destroy(r);
+    fmem_close(p);
+}

@@ -19,15 +19,17 @@
  *     there is read-ahead to keep the paths busy with, one per path
  *     otherwise (demand faults come one unit at a time; the width then
  *     serves eviction batches);
- *   - stripe width: every path whose transfers ran at least a quarter as
- *     fast as the fastest path's (a slow path would hold up every step
- *     that has units on it); all paths until each has been measured.
+ *   - stripe width: the paths whose links carry at least a quarter of the
+ *     fastest link's bandwidth (a slow path would hold up every step that
+ *     has units on it); placement uses nodes 0..stripe-1, so the first
+ *     slow node ends the stripe.
  * The unit size is fixed at creation and not changed.
  * An explicit setting (cfg->prefetch, fmem_region_tune) always wins. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool_internal.h"
 #include "region_internal.h"
 #include "region_policy.h"
 #include "transport.h"
@@ -53,6 +55,8 @@ static unsigned fixed(const struct fmem_region *r, unsigned bit)
     return atomic_load_explicit(&r->tune.fixed, memory_order_relaxed) & bit;
 }
 
+static unsigned pick_stripe(const struct fmem_region *r);
+
 static unsigned default_io_width(const struct fmem_region *r)
 {
     /* a few transfers queued per path even on one: a request waiting to be
@@ -70,7 +74,7 @@ int policy_init(struct fmem_region *r, const fmem_region_config *cfg)
     p->depth_max = r->cap / 4 ? r->cap / 4 : 1;
     r->policy = p;
     atomic_store(&r->tune.prefetch, r->prefetch);
-    atomic_store(&r->tune.stripe, r->npaths);
+    atomic_store(&r->tune.stripe, pick_stripe(r));
     atomic_store(&r->tune.io_width, default_io_width(r));
     atomic_store(&r->tune.fixed, cfg->prefetch ? FMEM_REGION_TUNE_PREFETCH : 0u);
     return 0;
@@ -87,18 +91,19 @@ static uint32_t pct(uint32_t a, uint32_t b)
     return b ? (uint32_t)((uint64_t)a * 100 / b) : 0;
 }
 
-/* Paths fast enough to stripe over: every path until all have been
- * measured, else those at least a quarter as fast as the best. */
+/* Paths fast enough to stripe over: those whose link carries at least a
+ * quarter of the fastest link's bandwidth (an unlimited link is the
+ * fastest). From the links' declared bandwidth, not from timing the
+ * transfers: on a busy machine a transfer's time is mostly how late its
+ * thread was woken, which would narrow the stripe at random. */
 static unsigned pick_stripe(const struct fmem_region *r)
 {
+    const fmem_pool *pool = r->pool;
+    if (pool->nnodes < 2)
+        return r->npaths;
     uint64_t bw[REGION_MAX_PATHS], best = 0;
     for (unsigned i = 0; i < r->npaths; i++) {
-        const struct region_path *p = &r->paths[i];
-        uint64_t bytes = atomic_load(&p->bytes_fetched) + atomic_load(&p->bytes_written);
-        uint64_t ns = atomic_load(&p->busy_ns), ops = atomic_load(&p->ops);
-        if (ops < 8 || ns == 0)
-            return r->npaths;
-        bw[i] = (uint64_t)((unsigned __int128)bytes * 1000000000u / ns);
+        bw[i] = pool->nodes[i]->tp->bw ? pool->nodes[i]->tp->bw : UINT64_MAX;
         if (bw[i] > best)
             best = bw[i];
     }
