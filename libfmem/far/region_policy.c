@@ -13,8 +13,9 @@
  * and picks, for each parameter not fixed explicitly:
  *   - read-ahead depth: the full depth (a quarter of the cache) when at
  *     least half of the faults are sequential; an eighth of it when at
- *     least one in eight is; none below that or when most faults re-fault
- *     (read-ahead would evict what is wanted again);
+ *     least one in eight is; none below that. (The re-fault figures are
+ *     measured and reported but not used: in a random gather over a small
+ *     cache most faults re-fault whatever the read-ahead does.)
  *   - I/O width: two transfers per path (four on a single path) when
  *     there is read-ahead to keep the paths busy with, one per path
  *     otherwise (demand faults come one unit at a time; the width then
@@ -126,7 +127,7 @@ static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
     atomic_store(&p->refault_dist, p->win_refault ? (uint32_t)(p->win_dist / p->win_refault) : 0);
     atomic_fetch_add(&p->decisions, 1);
 
-    unsigned depth = seq >= 50 ? p->depth_max : seq >= 12 && ref < 50 ? p->depth_max / 8 : 0;
+    unsigned depth = seq >= 50 ? p->depth_max : seq >= 12 ? p->depth_max / 8 : 0;
     if (seq >= 12 && depth == 0)
         depth = 1;
     if (!fixed(r, FMEM_REGION_TUNE_PREFETCH))
