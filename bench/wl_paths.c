@@ -2,7 +2,7 @@
  * emulated link (bw= in the pool URI): fmem-regionbench --nodes N.
  *
  *   --nodes N        memory nodes of the striped pool (default 4, <= 16)
- *   --node-bw SIZE   bytes per second of each node's link (default 64M)
+ *   --node-bw SIZE   bytes per second of each node's link (default 16M)
  *   --rtt-ns NS      round trip of each link (default 0)
  *   --size SIZE      data bytes (default 32M)
  *   --cache SIZE     region cache (default size / 8)
@@ -262,7 +262,7 @@ static int mode_policy(const struct po *o)
 
 int fmem_bench_paths(int argc, char **argv)
 {
-    struct po o = {.nodes = 4, .bw = 64 << 20, .size = 32 << 20, .unit = 16 << 10,
+    struct po o = {.nodes = 4, .bw = 16 << 20, .size = 32 << 20, .unit = 16 << 10,
                    .scan = 1, .policy = 1};
     enum { O_NODES = 1, O_BW, O_RTT, O_SIZE, O_CACHE, O_UNIT, O_MODE, O_JSON };
     static const struct option lo[] = {

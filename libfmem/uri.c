@@ -68,7 +68,7 @@ static int parse_query(char *q, struct node_uri *u)
             /* bytes per second, "1G" = 2^30 B/s (size_parse.h); at least
              * 4K/s so that one unit's transfer time stays below a second */
             if (!uri_parse_size(v, &u->bw) || u->bw < 4096 || u->kind == URI_RDMA)
-                return bad(u->kind == URI_RDMA ? "bad value %.60s='%.60s' (shm and mem: only)"
+                return bad(u->kind == URI_RDMA ? "bad value %.60s='%.60s' (mem:, shm: and file: only)"
                                                : "bad value %.60s='%.60s' (want bytes per "
                                                  "second, at least 4K)",
                            k, v);

@@ -63,7 +63,7 @@ Test(paths_uri, bad_bw_refused_naming_the_key)
     bw_refused("mem:?bw=", "bw=''");
     bw_refused("mem:?size=8M&bw=99999999999999999999", "bw=");
     bw_refused("mem:?bw=1G;mem:?bw=x", "bw='x'"); /* a later node's */
-    bw_refused("rdma://h:1?bw=1G", "shm and mem: only");
+    bw_refused("rdma://h:1?bw=1G", "(mem:, shm: and file: only)");
 }
 
 /* ---- the link holds its bandwidth ------------------------------------------ */

@@ -77,7 +77,12 @@ static int init_tables(struct fmem_region *r)
     r->chunks = calloc(r->nchunks, sizeof *r->chunks);
     r->ring = malloc(r->cap * sizeof *r->ring);
     r->free_slots = malloc(r->cap * sizeof *r->free_slots);
-    r->buf_units = r->unit >= STEP_BYTES ? 1 : (uint32_t)(STEP_BYTES / r->unit);
+    /* a step's worth per path: over several nodes the step's fetches run
+     * side by side (region_io.c); at most 64 units (install_ctx) */
+    size_t step = STEP_BYTES * (r->npaths ? r->npaths : 1);
+    r->buf_units = r->unit >= step ? 1 : (uint32_t)(step / r->unit);
+    if (r->buf_units > 64)
+        r->buf_units = 64;
     r->buf = aligned_alloc(UFFD_PAGE, (size_t)r->buf_units * r->unit);
     if (!r->units || !r->chunks || !r->ring || !r->free_slots || !r->buf)
         return FMEM_ENOMEM;
