@@ -128,6 +128,8 @@ typedef struct fmem_region_tuning {
 /* Fix the fields named in t->set to their values; the others go back to
  * the policy. FMEM_EINVAL for a value out of range. */
 FMEM_API int fmem_region_tune(fmem_region *r, const fmem_region_tuning *t);
+/* The parameters in force, which of them are fixed (out->set) and the
+ * number of paths. */
 FMEM_API int fmem_region_tuning_get(fmem_region *r, fmem_region_tuning *out);
 
 /* What went over one path (memory node) of a region. */
