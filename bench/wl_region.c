@@ -15,7 +15,8 @@
  *                             (root only): plain memory in a memory cgroup
  *                             limited to the same cache size, swapping to
  *                             zram (lz4), see wl_swap.c
- * Built standalone as bench/fmem-regionbench (FMEM_REGIONBENCH_MAIN). */
+ * Built standalone as bench/fmem-regionbench (FMEM_REGIONBENCH_MAIN); given
+ * --nodes N it runs the striped-paths benchmark instead (wl_paths.c). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
@@ -273,8 +274,13 @@ int fmem_bench_region(int argc, char **argv)
 }
 
 #ifdef FMEM_REGIONBENCH_MAIN
+int fmem_bench_paths(int argc, char **argv); /* wl_paths.c: --nodes N */
+
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--nodes", 7) || !strncmp(argv[i], "--node-bw", 9))
+            return fmem_bench_paths(argc, argv);
     return fmem_bench_region(argc, argv);
 }
 #endif

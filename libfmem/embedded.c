@@ -78,6 +78,7 @@ static int open_transport(const struct node_uri *u, uint64_t size,
         .create = u->create,
         .rtt_ns = u->rtt_ns,
         .rtt_mode = u->rtt_mode,
+        .bw = u->bw,
         .check_owner = o && o->own_files,
         .owner = geteuid(),
     };
@@ -310,6 +311,8 @@ static int emb_fork_identity(fmem_pool *p)
     return 0;
 }
 
+_Thread_local int pool_alloc_hint = -1;
+
 static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out)
 {
     if (p->nnodes && p->nodes[0]->no_user)
@@ -323,7 +326,8 @@ static int emb_alloc(fmem_pool *p, size_t size, fmem_handle *out)
         return FMEM_ESIZE;
     }
     unsigned k = chunks_log2(size);
-    unsigned start = atomic_fetch_add_explicit(&p->rr, 1, memory_order_relaxed);
+    unsigned start = pool_alloc_hint >= 0 ? (unsigned)pool_alloc_hint
+                                          : atomic_fetch_add_explicit(&p->rr, 1, memory_order_relaxed);
     int rc = FMEM_ENOMEM;
     for (unsigned i = 0; i < p->nnodes; i++) {
         struct node *n = p->nodes[(start + i) % p->nnodes];

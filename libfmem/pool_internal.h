@@ -73,6 +73,10 @@ bool pool_fork_collides(fmem_pool *p, const fmem_handle *h);
 int pool_fork_identity(fmem_pool *p);
 
 int embedded_open(const char *uri, fmem_pool **out);
+/* The node an embedded pool tries first for this thread's allocations
+ * (far regions place their chunks with it); -1: round robin. A full node
+ * still falls over to the next. */
+extern _Thread_local int pool_alloc_hint;
 /* What an embedded open can be asked beyond fmem_open(). */
 struct embedded_opts {
     /* a daemon's pool: refuse pool files another user owns or that group

@@ -2,6 +2,7 @@
  * of one, operation counting, and the injected network delay. */
 #include "transport.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <time.h>
 
@@ -25,6 +26,20 @@ void tp_delay(uint64_t ns)
         return;
     uint64_t end = tp_now_ns() + ns;
     while (tp_now_ns() < end)
+        sched_yield();
+}
+
+void tp_wait_until(uint64_t when)
+{
+    const uint64_t slack = 60000; /* a sleep overshoots by about this much */
+    uint64_t now = tp_now_ns();
+    if (when > now + 2 * slack) {
+        uint64_t to = when - slack;
+        struct timespec ts = {.tv_sec = (time_t)(to / 1000000000u), .tv_nsec = (long)(to % 1000000000u)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+    }
+    while (tp_now_ns() < when)
         sched_yield();
 }
 

@@ -60,6 +60,8 @@ struct transport {
     uint64_t wkeys_size; /*  (0: keys are in the capability table) */
     uint64_t rtt_ns;   /* injected delay per round trip */
     enum tp_rtt_mode rtt_mode;
+    uint64_t bw;       /* emulated link bandwidth, bytes/s; 0: none (shm) */
+    _Atomic uint64_t link_free_ns; /* the link is busy until then (bw) */
     const char *name;  /* "shm", ... */
     /* totals over all threads, for fmem_stats */
     _Atomic uint64_t n_cas, n_cas_fail, n_reads, n_writes, n_rtts;
@@ -78,6 +80,9 @@ void tp_close(struct transport *t);
 
 /* Wait `ns` nanoseconds without holding the core (models a network wait). */
 void tp_delay(uint64_t ns);
+/* Wait until tp_now_ns() >= `when`: sleeps through long waits (bandwidth
+ * emulation), spins with yields through the last tens of microseconds. */
+void tp_wait_until(uint64_t when);
 uint64_t tp_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---- NIC emulation (transport_nic.c) -------------------------------------
@@ -126,6 +131,7 @@ struct shm_params {
     int create;         /* create the files when absent */
     uint64_t rtt_ns;
     enum tp_rtt_mode rtt_mode;
+    uint64_t bw;        /* emulated link bandwidth (bytes/s), 0: none */
     bool from_fds;      /* map these open files instead (the transport takes */
     int meta_fd;        /*  ownership of them when it opens; on failure the */
                         /*  caller keeps them) */

@@ -5,7 +5,9 @@
  * The delay is waited for by the caller spinning (rtt_mode=spin: half the
  * round trip, the operations, the other half), or by the NIC emulator
  * (rtt_mode=nic, transport_nic.c: the caller sleeps, the emulator runs the
- * operations half a round trip after posting). */
+ * operations half a round trip after posting). With a bandwidth limit
+ * (bw=) every batch also waits for its bytes to pass the node's emulated
+ * link (shm_batch_bw), whatever the rtt_mode. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -76,6 +78,27 @@ static void shm_exec(struct nic_req *r)
     shm_execute(q->base, q->ops, q->n);
 }
 
+/* A link of t->bw bytes/s between this process and the node: the batch's
+ * bytes occupy it for len/bw after everything queued before them, then the
+ * answer takes the rest of the round trip. Each node has its own link, so
+ * several nodes are independent paths and their bandwidths add up. */
+static void shm_batch_bw(struct transport *t, struct tp_op *ops, size_t n)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += ops[i].kind == TP_CAS ? 8 : ops[i].len;
+    uint64_t dur = (uint64_t)((unsigned __int128)bytes * 1000000000u / t->bw);
+    uint64_t half = t->rtt_ns / 2, now = tp_now_ns();
+    uint64_t start, busy = atomic_load_explicit(&t->link_free_ns, memory_order_relaxed);
+    do
+        start = busy > now + half ? busy : now + half; /* the request reaches the link */
+    while (!atomic_compare_exchange_weak_explicit(&t->link_free_ns, &busy, start + dur,
+                                                  memory_order_relaxed, memory_order_relaxed));
+    tp_wait_until(start);
+    shm_execute(t->base, ops, n);
+    tp_wait_until(start + dur + (t->rtt_ns - half));
+}
+
 static int shm_batch(struct transport *t, struct tp_op *ops, size_t n)
 {
     struct shm_transport *s = (struct shm_transport *)t;
@@ -87,6 +110,10 @@ static int shm_batch(struct transport *t, struct tp_op *ops, size_t n)
             return FMEM_EINVAL;
         if (op->kind == TP_CAS && (op->off & 7))
             return FMEM_EINVAL;
+    }
+    if (t->bw) {
+        shm_batch_bw(t, ops, n);
+        return 0;
     }
     if (rtt && s->nic) {
         struct shm_req q = {.r.exec = shm_exec, .base = t->base, .ops = ops, .n = n};
@@ -247,6 +274,7 @@ int shm_transport_open(const struct shm_params *p, struct transport **out, int *
     s->t.meta_size = meta;
     s->t.rtt_ns = p->rtt_ns;
     s->t.rtt_mode = p->rtt_mode;
+    s->t.bw = p->bw;
     s->t.name = "shm";
     *out = &s->t;
     if (created)

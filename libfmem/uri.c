@@ -1,4 +1,4 @@
-/* uri.c - "mem:?size=1G&rtt_ns=2000", "shm:/NAME?size=...", "file:/PATH",
+/* uri.c - "mem:?size=1G&rtt_ns=2000&bw=1G", "shm:/NAME?size=...", "file:/PATH",
  * "ssd:/PATH?size=...", "zmem:?size=...&codec=lz4",
  * several joined by ';'. Every unknown key or malformed value is an error:
  * a typo must not silently open a different pool than the one asked for. */
@@ -110,6 +110,15 @@ static int parse_query(char *q, struct node_uri *u)
         } else if (!strcmp(k, "rtt_ns")) {
             if (!parse_uint(v, 1000000000u, &u->rtt_ns))
                 return bad("bad value %.60s='%.60s'", k, v);
+        } else if (!strcmp(k, "bw")) {
+            /* bytes per second, "1G" = 2^30 B/s (size_parse.h); at least
+             * 4K/s so that one unit's transfer time stays below a second */
+            bool linkless = u->kind == URI_RDMA || u->kind == URI_SSD || u->kind == URI_ZMEM;
+            if (!uri_parse_size(v, &u->bw) || u->bw < 4096 || linkless)
+                return bad(linkless ? "bad value %.60s='%.60s' (mem:, shm: and file: only)"
+                                               : "bad value %.60s='%.60s' (want bytes per "
+                                                 "second, at least 4K)",
+                           k, v);
         } else if (!strcmp(k, "rtt_mode")) {
             if (!strcmp(v, "spin"))
                 u->rtt_mode = TP_RTT_SPIN;

@@ -18,6 +18,7 @@ struct node_uri {
     uint64_t size;       /* 0: not given */
     unsigned nodes;      /* mem: number of nodes */
     uint64_t rtt_ns;
+    uint64_t bw;         /* bytes per second each node's link carries; 0: no limit */
     unsigned rtt_mode;   /* enum tp_rtt_mode: 0 spin (default), 1 nic */
     unsigned user;       /* 0: claim one */
     bool create;

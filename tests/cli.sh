@@ -78,6 +78,10 @@ assert n["capacity_bytes"] == 64 << 20, n
 assert n["spans"]["total"] == 512, n
 ' "$tmp/json" || fail "status --json: $(cat "$tmp/json")"
     expect 2 1 "\-\-node 1: the pool has 1 node (0\.\.0)" -- "$B/fmem" status "file:$tmp/pool" --node 1
+    # a node's emulated link (bw=, rtt_ns=) is shown as its path
+    expect 0 - "path: emulated link 1073741824 bytes/s, round trip 3000 ns" -- \
+        "$B/fmem" status "file:$tmp/pool?bw=1G&rtt_ns=3000"
+    expect 2 1 "bad value bw='1X'" -- "$B/fmem" status "file:$tmp/pool?bw=1X"
     expect 0 - "map: $tmp/m.PNG" -- "$B/fmem" status "file:$tmp/pool" --map "$tmp/m.PNG"
     head -c 8 "$tmp/m.PNG" | od -An -c | grep -q 'P   N   G' || fail "--map wrote no PNG"
 else

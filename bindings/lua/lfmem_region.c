@@ -108,7 +108,7 @@ void lfmem_push_region_stats(lua_State *L, fmem_region *region)
     int rc = fmem_region_stats(region, &st);
     if (rc)
         lfmem_fail(L, "stats", rc);
-    lua_createtable(L, 0, 20);
+    lua_createtable(L, 0, 32);
     lfmem_setint(L, "size", fmem_region_size(region));
     lfmem_setint(L, "unit", fmem_region_unit(region));
     lfmem_setint(L, "faults", st.faults);
@@ -128,6 +128,37 @@ void lfmem_push_region_stats(lua_State *L, fmem_region *region)
     lfmem_setint(L, "cache_bytes", st.cache_bytes);
     lfmem_setint(L, "releases", st.releases);
     lfmem_setint(L, "alloc_failures", st.alloc_failures);
+    /* several memory nodes: the parameters in force, the policy's figures
+     * and one table per path */
+    lfmem_setint(L, "paths", st.paths);
+    lfmem_setint(L, "stripe_width", st.stripe_width);
+    lfmem_setint(L, "io_width", st.io_width);
+    lfmem_setint(L, "prefetch_units", st.prefetch_units);
+    lfmem_setint(L, "fault_rate", st.fault_rate);
+    lfmem_setint(L, "seq_pct", st.seq_pct);
+    lfmem_setint(L, "write_pct", st.write_pct);
+    lfmem_setint(L, "refault_pct", st.refault_pct);
+    lfmem_setint(L, "refault_dist", st.refault_dist);
+    fmem_region_path_t p[16];
+    int n = fmem_region_paths(region, p, 16);
+    if (n < 0)
+        lfmem_fail(L, "stats", n);
+    if (n > 16)
+        n = 16;
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_createtable(L, 0, 8);
+        lfmem_setint(L, "node", p[i].node);
+        lfmem_setint(L, "placing", p[i].placing);
+        lfmem_setint(L, "bytes_fetched", p[i].bytes_fetched);
+        lfmem_setint(L, "bytes_written", p[i].bytes_written);
+        lfmem_setint(L, "ops", p[i].ops);
+        lfmem_setint(L, "busy_ns", p[i].busy_ns);
+        lfmem_setint(L, "bandwidth", p[i].bandwidth);
+        lfmem_setint(L, "chunks", p[i].chunks);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "path_stats");
 }
 
 static int region_stats(lua_State *L)

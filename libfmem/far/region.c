@@ -39,6 +39,7 @@ static int check_config(const fmem_region_config *c, size_t *unit)
 
 static void region_free(struct fmem_region *r)
 {
+    remote_fini(r); /* I/O workers, policy */
     if (r->base)
         munmap(r->base, r->size);
     if (r->uffd >= 0)
@@ -76,7 +77,12 @@ static int init_tables(struct fmem_region *r)
     r->chunks = calloc(r->nchunks, sizeof *r->chunks);
     r->ring = malloc(r->cap * sizeof *r->ring);
     r->free_slots = malloc(r->cap * sizeof *r->free_slots);
-    r->buf_units = r->unit >= STEP_BYTES ? 1 : (uint32_t)(STEP_BYTES / r->unit);
+    /* a step's worth per path: over several nodes the step's fetches run
+     * side by side (region_io.c); at most 64 units (install_ctx) */
+    size_t step = STEP_BYTES * (r->npaths ? r->npaths : 1);
+    r->buf_units = r->unit >= step ? 1 : (uint32_t)(step / r->unit);
+    if (r->buf_units > 64)
+        r->buf_units = 64;
     r->buf = aligned_alloc(UFFD_PAGE, (size_t)r->buf_units * r->unit);
     if (!r->units || !r->chunks || !r->ring || !r->free_slots || !r->buf)
         return FMEM_ENOMEM;
@@ -202,6 +208,10 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
     r->direct = 1; /* until fmem_map says otherwise */
     if ((rc = region_init_sync(r)) != 0) {
         free(r);
+        return rc;
+    }
+    if ((rc = remote_init(r, cfg)) != 0) { /* paths, chunk layout, policy */
+        region_free(r);
         return rc;
     }
     fork_objects_lock();
@@ -343,6 +353,7 @@ static int region_stats(fmem_region *r, fmem_region_stats_t *out)
     out->releases = atomic_load(&c->releases);
     out->alloc_failures = atomic_load(&c->alloc_failures);
     out->cache_bytes = (uint64_t)r->cap * r->unit;
+    remote_fill_stats(r, out);
     pthread_mutex_lock(&r->lock);
     out->cached_bytes = (uint64_t)(r->cap - r->nfree) * r->unit;
     pthread_mutex_unlock(&r->lock);

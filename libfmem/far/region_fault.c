@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "region_internal.h"
+#include "region_policy.h"
 
 enum { FAULT_DONE, FAULT_RETRY, FAULT_NOSPACE };
 
@@ -205,6 +206,7 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
                         int dirty, int demand)
 {
     const char *src[n];
+    uint64_t fetch = 0; /* units to read into r->buf, all at once */
     for (uint32_t i = 0; i < n; i++) {
         char *b = r->buf + ((size_t)i << r->unit_shift);
         if (!remote[i]) { /* never written back: zeros */
@@ -218,12 +220,9 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
             continue;
         }
         src[i] = b;
-        int rc = remote_fetch(r, first + i, b);
-        if (rc) {
-            report("reading a unit from the pool", rc);
-            memset(b, 0, r->unit);
-        }
+        fetch |= (uint64_t)1 << i;
     }
+    remote_fetch_many(r, first, fetch, r->buf);
     r->inst = (struct install_ctx){.active = 1, .first = first, .n = n, .src = src};
     char *dst = unit_addr(r, first);
     size_t done = 0, total = (size_t)n << r->unit_shift;
@@ -420,11 +419,13 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         pthread_mutex_unlock(&r->lock);
         uint8_t rem = (uint8_t)!!remote;
         install_run(r, u, 1, &rem, write, 1);
+        policy_note_fault(r, u, write);
         readahead_note(r, u, write);
         return FAULT_DONE;
     }
     case UNIT_EVICTING:
-        if (!wp && m->tid == (uint32_t)atomic_load(&r->writer_tid))
+        if (!wp && (m->tid == (uint32_t)atomic_load(&r->writer_tid) ||
+                    region_io_is_worker(&r->io, m->tid)))
             rc = zero_fill_page(r, u, page, 0); /* released under the writer */
         else
             un->flags |= UF_WAITERS;

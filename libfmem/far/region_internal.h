@@ -89,6 +89,48 @@ struct region_counters {
         alloc_failures;
 };
 
+/* region_io.c: worker threads for transfers in parallel (the I/O width) */
+#define REGION_IO_MAX FMEM_REGION_MAX_IO_WIDTH
+struct io_task;
+struct region_io {
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    pthread_t th[REGION_IO_MAX];
+    _Atomic pid_t tid[REGION_IO_MAX]; /* kernel thread ids, 0: none */
+    unsigned nthreads;
+    struct io_task *tasks;
+    int stop;
+    pid_t pid; /* the process the workers run in */
+};
+int region_io_init(struct region_io *io);
+/* Run fn(arg, i) for i in [0, n), at most `width` at a time, the caller
+ * taking part; returns when all are done. */
+void region_io_run(struct region_io *io, unsigned width, unsigned n, void (*fn)(void *, unsigned),
+                   void *arg);
+void region_io_stop(struct region_io *io);
+/* A worker writing back for the writer reads region memory like the
+ * writer does: the handler treats its faults on evicting units alike. */
+int region_io_is_worker(struct region_io *io, uint32_t tid);
+
+/* region_remote.c: the memory nodes ("paths") a region spreads over.
+ * Unit u lives in chunk interleave-group by group: consecutive units go to
+ * consecutive chunks of a group of `ileave` chunks, and chunk c is placed
+ * on node (c % ileave) % stripe, so a scan touches every path in turn. */
+#define REGION_MAX_PATHS 16
+struct region_path {
+    _Atomic uint64_t bytes_fetched, bytes_written, ops, busy_ns, chunks;
+};
+
+/* The parameters in force (region_policy.c picks them; an explicit setting
+ * wins). Written by the handler (policy) or fmem_region_tune, read by
+ * every region thread. */
+struct region_tuning {
+    _Atomic unsigned prefetch; /* read-ahead depth, units (0: off) */
+    _Atomic unsigned stripe;   /* nodes new chunks are spread over */
+    _Atomic unsigned io_width; /* transfers in flight at once */
+    _Atomic unsigned fixed;    /* FMEM_REGION_TUNE_* bits set explicitly */
+};
+
 struct fmem_region {
     fmem_pool *pool;
     char *base;
@@ -139,6 +181,14 @@ struct fmem_region {
     int ra_write;               /* the stream writes: map it dirty */
 
     struct region_counters st;
+
+    /* paths, I/O width and placement (region_remote.c, region_io.c,
+     * region_policy.c) */
+    unsigned npaths, ileave; /* memory nodes usable; chunks per group */
+    struct region_path paths[REGION_MAX_PATHS];
+    struct region_io io;
+    struct region_tuning tune;
+    struct region_policy *policy;
 };
 
 #define NO_UNIT UINT32_MAX
@@ -174,6 +224,18 @@ int remote_writeback(struct fmem_region *r, uint32_t u, fmem_handle h, uint64_t 
 int remote_zero_pages(struct fmem_region *r, uint32_t u, uint64_t pages);
 fmem_handle remote_handle(struct fmem_region *r, uint32_t u, uint64_t *off);
 void remote_free_all(struct fmem_region *r);
+/* At creation, after the unit and chunk sizes are set: find the paths,
+ * lay out the chunks (r->nchunks), start the policy. 0 or FMEM_E*. */
+int remote_init(struct fmem_region *r, const fmem_region_config *cfg);
+void remote_fini(struct fmem_region *r);
+/* Read the units first+i with bit i in `which` (< 64 units) into
+ * buf + i * unit, in parallel over the paths; a unit that cannot be read
+ * reads as zeros (and is reported once). */
+void remote_fetch_many(struct fmem_region *r, uint32_t first, uint64_t which, char *buf);
+/* The I/O width in force. */
+unsigned remote_io_width(const struct fmem_region *r);
+/* The paths' and the policy's part of fmem_region_stats. */
+void remote_fill_stats(struct fmem_region *r, fmem_region_stats_t *out);
 
 /* region.c */
 int region_init_sync(struct fmem_region *r);

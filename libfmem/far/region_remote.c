@@ -11,10 +11,22 @@
  *
  * A freshly allocated chunk holds someone else's old bytes: a unit is read
  * from the pool only once it has been written back (UF_REMOTE); until then
- * it reads as zeros. */
+ * it reads as zeros.
+ *
+ * Paths: over a pool of several memory nodes the chunks are interleaved
+ * (region_internal.h): unit u of a group of `ileave` chunks goes to chunk
+ * u % ileave of the group, and each chunk is allocated on its own node, so
+ * consecutive units sit on different nodes and a read-ahead step or an
+ * eviction batch, run `io_width` transfers at a time (region_io.c), uses
+ * every node's path at once. The policy (region_policy.c) may narrow the
+ * stripe: new chunks then go to fewer nodes; chunks already placed stay. */
+#include <stdio.h>
 #include <string.h>
 
+#include "pool_internal.h"
 #include "region_internal.h"
+#include "region_policy.h"
+#include "transport.h"
 
 /* The writer reads region memory that program threads write at other
  * times; the kernel orders the two (write-protect faults, zaps), which
@@ -31,11 +43,63 @@ void __tsan_ignore_thread_end(void);
 
 char region_zero_page[FMEM_REGION_MAX_UNIT] __attribute__((aligned(4096)));
 
+/* The chunk holding unit u and u's place in it. */
+static uint32_t chunk_of(const struct fmem_region *r, uint32_t u, uint32_t *slot)
+{
+    uint32_t group = r->ileave * r->units_per_chunk, idx = u % group;
+    *slot = idx / r->ileave;
+    return u / group * r->ileave + idx % r->ileave;
+}
+
 fmem_handle remote_handle(struct fmem_region *r, uint32_t u, uint64_t *off)
 {
-    uint32_t c = u / r->units_per_chunk;
-    *off = (uint64_t)(u % r->units_per_chunk) << r->unit_shift;
+    uint32_t slot, c = chunk_of(r, u, &slot);
+    *off = (uint64_t)slot << r->unit_shift;
     return r->chunks[c].h;
+}
+
+static struct region_path *path_of(struct fmem_region *r, const fmem_handle *h)
+{
+    return &r->paths[h->node < r->npaths ? h->node : r->npaths - 1];
+}
+
+static void count_io(struct fmem_region *r, const fmem_handle *h, int write, uint64_t bytes,
+                     uint64_t t0)
+{
+    struct region_path *p = path_of(r, h);
+    stat_add(write ? &p->bytes_written : &p->bytes_fetched, bytes);
+    stat_add(&p->ops, 1);
+    stat_add(&p->busy_ns, tp_now_ns() - t0);
+}
+
+unsigned remote_io_width(const struct fmem_region *r)
+{
+    return atomic_load_explicit(&r->tune.io_width, memory_order_relaxed);
+}
+
+int remote_init(struct fmem_region *r, const fmem_region_config *cfg)
+{
+    fmem_pool *p = r->pool;
+    unsigned nodes = p->nnodes; /* 0: a service pool, one path to us */
+    r->npaths = nodes == 0 ? 1 : nodes > REGION_MAX_PATHS ? REGION_MAX_PATHS : nodes;
+    r->ileave = r->npaths;
+    uint32_t group = r->ileave * r->units_per_chunk;
+    r->nchunks = (r->nunits + group - 1) / group * r->ileave;
+    /* an emulated link (bw=, rtt_ns=) is only paid through the transport:
+     * reading the pool's memory in place would skip it */
+    for (unsigned i = 0; i < nodes; i++)
+        if (p->nodes[i]->tp->bw || p->nodes[i]->tp->rtt_ns)
+            r->direct = 0;
+    int rc = region_io_init(&r->io);
+    if (rc == 0)
+        rc = policy_init(r, cfg);
+    return rc;
+}
+
+void remote_fini(struct fmem_region *r)
+{
+    region_io_stop(&r->io);
+    policy_fini(r);
 }
 
 int remote_ref(struct fmem_region *r, uint32_t u)
@@ -43,9 +107,15 @@ int remote_ref(struct fmem_region *r, uint32_t u)
     struct region_unit *un = &r->units[u];
     if (un->flags & UF_WRITTEN)
         return 0;
-    struct region_chunk *c = &r->chunks[u / r->units_per_chunk];
+    uint32_t slot, ci = chunk_of(r, u, &slot);
+    struct region_chunk *c = &r->chunks[ci];
     if (c->users == 0) {
+        unsigned stripe = atomic_load_explicit(&r->tune.stripe, memory_order_relaxed);
+        pool_alloc_hint = r->pool->nnodes > 1 ? (int)(ci % r->ileave % (stripe ? stripe : 1)) : -1;
         int rc = fmem_alloc(r->pool, r->chunk, &c->h);
+        pool_alloc_hint = -1;
+        if (rc == 0)
+            stat_add(&path_of(r, &c->h)->chunks, 1);
         if (rc) {
             stat_add(&r->st.alloc_failures, 1);
             return rc;
@@ -66,8 +136,10 @@ void remote_drop(struct fmem_region *r, uint32_t u)
     if (!(un->flags & UF_WRITTEN))
         return;
     un->flags &= (uint8_t)~(UF_WRITTEN | UF_REMOTE);
-    struct region_chunk *c = &r->chunks[u / r->units_per_chunk];
+    uint32_t slot;
+    struct region_chunk *c = &r->chunks[chunk_of(r, u, &slot)];
     if (--c->users == 0) {
+        atomic_fetch_sub(&path_of(r, &c->h)->chunks, 1);
         fmem_free(r->pool, &c->h);
         memset(&c->h, 0, sizeof c->h);
         atomic_fetch_sub(&r->st.remote_bytes, r->chunk);
@@ -78,10 +150,44 @@ int remote_fetch(struct fmem_region *r, uint32_t u, void *dst)
 {
     uint64_t off;
     fmem_handle h = remote_handle(r, u, &off);
+    uint64_t t0 = tp_now_ns();
     int rc = fmem_read(r->pool, &h, off, dst, r->unit);
-    if (rc == 0)
+    if (rc == 0) {
         stat_add(&r->st.bytes_fetched, r->unit);
+        count_io(r, &h, 0, r->unit, t0);
+    }
     return rc;
+}
+
+struct fetch_job {
+    struct fmem_region *r;
+    char *buf;
+    uint32_t first;
+    uint8_t idx[64]; /* the units to read, as offsets from first */
+};
+
+static void fetch_one(void *arg, unsigned i)
+{
+    struct fetch_job *j = arg;
+    uint32_t k = j->idx[i];
+    char *dst = j->buf + ((size_t)k << j->r->unit_shift);
+    int rc = remote_fetch(j->r, j->first + k, dst);
+    if (rc) {
+        static _Atomic int said;
+        if (!atomic_exchange(&said, 1))
+            fprintf(stderr, "fmem region: reading a unit from the pool failed (%s); continuing\n",
+                    fmem_strerror(rc));
+        memset(dst, 0, j->r->unit);
+    }
+}
+
+void remote_fetch_many(struct fmem_region *r, uint32_t first, uint64_t which, char *buf)
+{
+    struct fetch_job j = {.r = r, .buf = buf, .first = first};
+    unsigned n = 0;
+    for (; which; which &= which - 1)
+        j.idx[n++] = (uint8_t)__builtin_ctzll(which);
+    region_io_run(&r->io, remote_io_width(r), n, fetch_one, &j);
 }
 
 /* Write runs of pages: from region memory where `from_region` has a bit,
@@ -103,12 +209,14 @@ static int write_runs(struct fmem_region *r, uint32_t u, fmem_handle h, uint64_t
         while (q < n && (pages >> q & 1) && (int)(from_region >> q & 1) == mapped)
             q++;
         size_t at = (size_t)p * UFFD_PAGE, len = (size_t)(q - p) * UFFD_PAGE;
+        uint64_t t0 = tp_now_ns();
         UNCHECKED_BEGIN();
         int rc = fmem_write(r->pool, &h, off + at, mapped ? ua + at : region_zero_page, len);
         UNCHECKED_END();
         if (rc)
             return rc;
         stat_add(&r->st.bytes_written, len);
+        count_io(r, &h, 1, len, t0);
         p = q;
     }
     return 0;
@@ -134,4 +242,44 @@ void remote_free_all(struct fmem_region *r)
             r->chunks[c].users = 0;
         }
     atomic_store(&r->st.remote_bytes, 0);
+    for (unsigned i = 0; i < r->npaths; i++)
+        atomic_store(&r->paths[i].chunks, 0);
+}
+
+int fmem_region_paths(fmem_region *r, fmem_region_path_t *out, unsigned max)
+{
+    if (!r || (!out && max))
+        return FMEM_EINVAL;
+    unsigned stripe = atomic_load(&r->tune.stripe);
+    for (unsigned i = 0; i < r->npaths && i < max; i++) {
+        const struct region_path *p = &r->paths[i];
+        fmem_region_path_t *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->node = i;
+        o->placing = r->pool->nnodes > 1 ? i < stripe : 1;
+        o->bytes_fetched = atomic_load(&p->bytes_fetched);
+        o->bytes_written = atomic_load(&p->bytes_written);
+        o->ops = atomic_load(&p->ops);
+        o->busy_ns = atomic_load(&p->busy_ns);
+        o->chunks = atomic_load(&p->chunks);
+        o->bandwidth = o->busy_ns ? (uint64_t)((unsigned __int128)(o->bytes_fetched + o->bytes_written) *
+                                               1000000000u / o->busy_ns)
+                                  : 0;
+    }
+    return (int)r->npaths;
+}
+
+void remote_fill_stats(struct fmem_region *r, fmem_region_stats_t *out)
+{
+    struct policy_figures f;
+    policy_figures(r, &f);
+    out->paths = r->npaths;
+    out->stripe_width = r->pool->nnodes > 1 ? atomic_load(&r->tune.stripe) : 1;
+    out->io_width = atomic_load(&r->tune.io_width);
+    out->prefetch_units = atomic_load(&r->tune.prefetch);
+    out->fault_rate = f.fault_rate;
+    out->seq_pct = f.seq_pct;
+    out->write_pct = f.write_pct;
+    out->refault_pct = f.refault_pct;
+    out->refault_dist = f.refault_dist;
 }

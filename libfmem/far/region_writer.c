@@ -135,6 +135,19 @@ static int finish_eviction(struct fmem_region *r, struct victim *v)
     return waiters;
 }
 
+struct writeback_job {
+    struct fmem_region *r;
+    struct victim *v;
+};
+
+static void writeback_one(void *arg, unsigned i)
+{
+    struct writeback_job *j = arg;
+    struct victim *v = &j->v[i];
+    if (v->dirty)
+        v->ok = remote_writeback(j->r, v->u, v->h, v->present) == 0;
+}
+
 /* Evict one batch (lock held on entry and exit, dropped inside). */
 static void evict_batch(struct fmem_region *r)
 {
@@ -167,12 +180,13 @@ static void evict_batch(struct fmem_region *r)
     }
     pthread_mutex_unlock(&r->lock);
 
-    for (unsigned i = 0; i < n; i++)
-        if (v[i].dirty) {
-            protect(r, v[i].u);
-            v[i].ok = remote_writeback(r, v[i].u, v[i].h, v[i].present) == 0;
-        }
+    /* in unit order, the write-backs go to the paths in turn (region_io.c) */
     qsort(v, n, sizeof v[0], by_unit);
+    for (unsigned i = 0; i < n; i++)
+        if (v[i].dirty)
+            protect(r, v[i].u);
+    struct writeback_job job = {r, v};
+    region_io_run(&r->io, remote_io_width(r), n, writeback_one, &job);
 
     struct zap runs[EVICT_BATCH];
     pthread_mutex_lock(&r->lock);

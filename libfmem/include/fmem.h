@@ -114,7 +114,9 @@ typedef struct fmem_stats_t {
  * the caller sleeps while one emulator thread per process plays the NIC,
  * runs the operations half a round trip after posting and wakes the caller
  * a full round trip after; it uses no client CPU while waiting and is the
- * default of fmem-bench), user=N (log as user id N: its slot in the pool's
+ * default of fmem-bench), bw=SIZE (mem:/shm: only: emulate a link of SIZE
+ * bytes per second to each node, e.g. bw=1G; a node's operations queue on
+ * its own link, so several nodes are independent paths), user=N (log as user id N: its slot in the pool's
  * user table is claimed like any other, FMEM_EBUSY if it is held; default:
  * any free slot),
  * create=0|1 (shm/file: fail if absent / create if absent, default 1).

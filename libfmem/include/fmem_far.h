@@ -89,8 +89,64 @@ typedef struct fmem_region_stats_t {
     uint64_t releases;       /* ranges released by the program */
     uint64_t alloc_failures; /* pool allocations that failed (the unit
                               * stays cached until space is found) */
-    uint64_t reserved[8];
+    /* the parameters in force (see fmem_region_tune) and what the
+     * placement policy measured over its last window of faults */
+    uint32_t paths;          /* memory nodes the region spreads over */
+    uint32_t stripe_width;   /* of them, the ones new chunks go to */
+    uint32_t io_width;       /* transfers in flight at once */
+    uint32_t prefetch_units; /* read-ahead depth, units (0: off) */
+    uint64_t fault_rate;     /* missing faults per second */
+    uint32_t seq_pct;        /* % of faults a little ahead of the last */
+    uint32_t write_pct;      /* % of faults that were writes */
+    uint32_t refault_pct;    /* % of faults on a unit that faulted lately */
+    uint32_t refault_dist;   /* mean faults between those two faults */
+    uint64_t reserved[3];
 } fmem_region_stats_t;
+
+/* ---- paths and tuning ----------------------------------------------------
+ * A region over a pool of several memory nodes interleaves its units over
+ * them (consecutive units on different nodes) and keeps several fetches
+ * and write-backs in flight at once, so the nodes' bandwidths add up. A
+ * per-region policy picks the read-ahead depth, the stripe width and the
+ * I/O width from the faults it sees (docs/far-memory.md); a parameter set
+ * here or in the configuration (prefetch) always wins. */
+#define FMEM_REGION_TUNE_PREFETCH (1u << 0)
+#define FMEM_REGION_TUNE_STRIPE (1u << 1)
+#define FMEM_REGION_TUNE_IO_WIDTH (1u << 2)
+#define FMEM_REGION_TUNE_ALL 7u
+#define FMEM_REGION_MAX_IO_WIDTH 16u
+
+typedef struct fmem_region_tuning {
+    unsigned set;      /* FMEM_REGION_TUNE_* of the fields that are fixed */
+    unsigned prefetch; /* read-ahead depth in units (0: off), at most a
+                        * quarter of the cache */
+    unsigned stripe;   /* 1..paths: new chunks go to nodes 0..stripe-1 */
+    unsigned io_width; /* 1..FMEM_REGION_MAX_IO_WIDTH */
+    unsigned paths;    /* (get only) memory nodes the region can use */
+} fmem_region_tuning;
+
+/* Fix the fields named in t->set to their values; the others go back to
+ * the policy. FMEM_EINVAL for a value out of range. */
+FMEM_API int fmem_region_tune(fmem_region *r, const fmem_region_tuning *t);
+/* The parameters in force, which of them are fixed (out->set) and the
+ * number of paths. */
+FMEM_API int fmem_region_tuning_get(fmem_region *r, fmem_region_tuning *out);
+
+/* What went over one path (memory node) of a region. */
+typedef struct fmem_region_path_t {
+    uint32_t node;          /* node index in the pool */
+    uint32_t placing;       /* 1: new chunks are placed on it */
+    uint64_t bytes_fetched; /* unit bytes read over it */
+    uint64_t bytes_written; /* bytes written back over it */
+    uint64_t ops;           /* transfers */
+    uint64_t busy_ns;       /* summed time of those transfers */
+    uint64_t bandwidth;     /* bytes per second while transferring */
+    uint64_t chunks;        /* pool allocations of the region held on it */
+} fmem_region_path_t;
+
+/* Fill out[0..max) with the region's paths; returns how many it has (may
+ * exceed max), or FMEM_EINVAL. */
+FMEM_API int fmem_region_paths(fmem_region *r, fmem_region_path_t *out, unsigned max);
 
 /* Create a region on `pool` (which must outlive it). */
 FMEM_API int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg,

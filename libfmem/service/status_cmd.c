@@ -221,6 +221,10 @@ static int status_pool(const char *uri, const char *png, unsigned want_node, boo
             print_json_node(stdout, i, us[i].path, &r);
         } else {
             printf("pool %s (node %d)\n", us[i].path, i);
+            if (us[i].bw || us[i].rtt_ns) /* what regions over this URI get per path */
+                printf("  path: emulated link %llu bytes/s%s, round trip %llu ns (from the URI)\n",
+                       (unsigned long long)us[i].bw, us[i].bw ? "" : " (unlimited)",
+                       (unsigned long long)us[i].rtt_ns);
             occ_print(&r, stdout);
         }
         if (states && draw(png, states, g.nspans, us[i].path))

@@ -91,3 +91,29 @@ def test_default_pool_backs_regions():
     r = make_region(MiB)
     assert r.pool is fmem.default_pool()
     r.close()
+
+
+def test_stats_show_paths_and_parameters():
+    """A region over four memory nodes behind emulated links spreads its
+    units over all four; stats() shows the bytes per path and the
+    parameters in force."""
+    striped = fmem.Pool("mem:?size=16M&nodes=4&bw=4G")
+    r = make_region(8 * MiB, cache=MiB, pool=striped)
+    m = memoryview(r)
+    data = os.urandom(MiB)
+    for off in range(0, r.size, MiB):
+        m[off:off + MiB] = data
+    for off in range(0, r.size, MiB):
+        assert m[off:off + MiB] == data
+    st = r.stats()
+    assert st["paths"] == 4 and st["stripe_width"] == 4
+    assert 1 <= st["io_width"] <= 16 and st["prefetch_units"] >= 0
+    paths = st["path_stats"]
+    assert [p["node"] for p in paths] == [0, 1, 2, 3]
+    assert all(p["chunks"] > 0 and p["bytes_written"] > 0 for p in paths)
+    assert sum(p["bytes_written"] for p in paths) == st["bytes_written"]
+    assert sum(p["bytes_fetched"] for p in paths) == st["bytes_fetched"]
+    assert all(p["bandwidth"] > 0 for p in paths)
+    m.release()
+    r.close()
+    striped.close()

@@ -59,6 +59,16 @@ class _PoolStats(TypedDict):
     size_class_allocs: list[int]
     live_buffers: int
 
+class _RegionPath(TypedDict):
+    node: int
+    placing: int
+    bytes_fetched: int
+    bytes_written: int
+    ops: int
+    busy_ns: int
+    bandwidth: int
+    chunks: int
+
 class _RegionStats(TypedDict):
     faults: int
     missing_faults: int
@@ -77,6 +87,16 @@ class _RegionStats(TypedDict):
     cache_bytes: int
     releases: int
     alloc_failures: int
+    paths: int
+    stripe_width: int
+    io_width: int
+    prefetch_units: int
+    fault_rate: int
+    seq_pct: int
+    write_pct: int
+    refault_pct: int
+    refault_dist: int
+    path_stats: list[_RegionPath]
 
 class _HeapStats(TypedDict):
     mallocs: int

@@ -134,6 +134,7 @@ PyObject *fp_binding_stats(FpBinding *b);
 
 PyObject *fp_pool_stats_dict(const fmem_stats_t *s);
 PyObject *fp_region_stats_dict(const fmem_region_stats_t *s);
+int fp_region_paths_put(PyObject *d, const fmem_region_path_t *p, int n);
 PyObject *fp_heap_stats_dict(const fmem_hooks_stats_t *hs, const fmem_heap_stats_t *s);
 
 /* ---- arena.c, numpy_handler.c -------------------------------------------- */

@@ -198,7 +198,12 @@ PyDoc_STRVAR(stats_doc,
 "prefetches, zero_fills, evictions, writebacks, bytes_fetched,\n"
 "bytes_written, remote_bytes (pool bytes held now: the far part),\n"
 "remote_peak, cached_bytes (bytes in the local cache now), cache_bytes\n"
-"(the budget), releases, alloc_failures.");
+"(the budget), releases, alloc_failures; over several memory nodes:\n"
+"paths, stripe_width, io_width and prefetch_units (the parameters in\n"
+"force), fault_rate, seq_pct, write_pct, refault_pct, refault_dist (what\n"
+"the placement policy measured), path_stats (a list of dicts per node:\n"
+"node, placing, bytes_fetched, bytes_written, ops, busy_ns, bandwidth,\n"
+"chunks).");
 
 static PyObject *region_stats(FpRegion *r, PyObject *unused)
 {
@@ -207,12 +212,20 @@ static PyObject *region_stats(FpRegion *r, PyObject *unused)
     if (!c)
         return NULL;
     fmem_region_stats_t st;
-    int rc;
+    fmem_region_path_t paths[16];
+    int rc, np = 0;
     Py_BEGIN_ALLOW_THREADS
     rc = fmem_region_stats(c, &st);
+    if (rc == 0)
+        np = fmem_region_paths(c, paths, 16);
     Py_END_ALLOW_THREADS
     fp_region_leave(r);
-    return rc ? fp_raise(rc, "stats") : fp_region_stats_dict(&st);
+    if (rc || np < 0)
+        return fp_raise(rc ? rc : np, "stats");
+    PyObject *d = fp_region_stats_dict(&st);
+    if (d && fp_region_paths_put(d, paths, np < 16 ? np : 16) < 0)
+        Py_CLEAR(d);
+    return d;
 }
 
 PyDoc_STRVAR(contains_doc,

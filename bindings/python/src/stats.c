@@ -50,9 +50,34 @@ PyObject *fp_region_stats_dict(const fmem_region_stats_t *s)
               PUT(d, s, zero_fills) || PUT(d, s, evictions) || PUT(d, s, writebacks) ||
               PUT(d, s, bytes_fetched) || PUT(d, s, bytes_written) || PUT(d, s, remote_bytes) ||
               PUT(d, s, remote_peak) || PUT(d, s, cached_bytes) || PUT(d, s, cache_bytes) ||
-              PUT(d, s, releases) || PUT(d, s, alloc_failures)))
+              PUT(d, s, releases) || PUT(d, s, alloc_failures) || PUT(d, s, paths) ||
+              PUT(d, s, stripe_width) || PUT(d, s, io_width) || PUT(d, s, prefetch_units) ||
+              PUT(d, s, fault_rate) || PUT(d, s, seq_pct) || PUT(d, s, write_pct) ||
+              PUT(d, s, refault_pct) || PUT(d, s, refault_dist)))
         Py_CLEAR(d);
     return d;
+}
+
+/* d["path_stats"]: one dict per memory node the region spreads over */
+int fp_region_paths_put(PyObject *d, const fmem_region_path_t *p, int n)
+{
+    PyObject *list = PyList_New(n);
+    if (!list)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        PyObject *e = PyDict_New();
+        if (!e || PUT(e, &p[i], node) || PUT(e, &p[i], placing) || PUT(e, &p[i], bytes_fetched) ||
+            PUT(e, &p[i], bytes_written) || PUT(e, &p[i], ops) || PUT(e, &p[i], busy_ns) ||
+            PUT(e, &p[i], bandwidth) || PUT(e, &p[i], chunks)) {
+            Py_XDECREF(e);
+            Py_DECREF(list);
+            return -1;
+        }
+        PyList_SET_ITEM(list, i, e);
+    }
+    int rc = PyDict_SetItemString(d, "path_stats", list);
+    Py_DECREF(list);
+    return rc;
 }
 
 /* the binding's counters, then the heap's under "heap_" names */

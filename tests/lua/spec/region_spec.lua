@@ -43,6 +43,31 @@ describe("regions", function()
     r2:close()
   end)
 
+  it("show their paths and parameters in stats", function()
+    local striped = fmem.open("mem:?size=16M&nodes=4&bw=4G")
+    local r = striped:region("4M", {cache = "1M"})
+    local st = fmem.newstate(r)
+    st:dostring("CHURN_ROUNDS = 2")
+    assert.are.equal(load(churn)(2), st:dostring(churn, "=gc_churn"))
+    local s = r:stats()
+    assert.are.equal(4, s.paths)
+    assert.are.equal(4, s.stripe_width)
+    assert.truthy(s.io_width >= 1 and s.io_width <= 16, "io_width " .. s.io_width)
+    assert.truthy(s.prefetch_units >= 0)
+    assert.are.equal(4, #s.path_stats)
+    local written, used_nodes = 0, 0
+    for i, p in ipairs(s.path_stats) do
+      assert.are.equal(i - 1, p.node)
+      written = written + p.bytes_written
+      if p.chunks > 0 then used_nodes = used_nodes + 1 end
+    end
+    assert.are.equal(s.bytes_written, written)
+    assert.truthy(used_nodes >= 2, "chunks on " .. used_nodes .. " nodes")
+    st:close()
+    r:close()
+    striped:close()
+  end)
+
   it("hold a GC-heavy state with half of it cached", function()
     local before = used()
     local r = pool:region("16M", {cache = "50%"})
