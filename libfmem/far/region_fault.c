@@ -476,9 +476,9 @@ void *region_handler_main(void *arg)
         pthread_mutex_unlock(&r->lock);
         if (stop)
             break;
-        /* faults still queued (waiting for a slot) never wait for a wake-up
-         * alone: the queue is looked at again within a millisecond */
-        int timeout = retry || (nospace && space) || ahead || fresh ? 0 : r->deferred.n ? 1 : -1;
+        /* faults waiting for a slot are woken by whoever frees one while
+         * space_wanted is set: the writer (slots_freed) or a release here */
+        int timeout = retry || (nospace && space) || ahead || fresh ? 0 : -1;
         struct pollfd p[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->evfd, .events = POLLIN}};
         int ready = poll(p, 2, timeout);
         if (ready < 0 && errno != EINTR) {

@@ -66,7 +66,7 @@ struct fault_list {
 };
 
 /* A madvise the writer issued to drop units; its removal event is ours. */
-#define REGION_MAX_ZAPS 256
+#define REGION_MAX_ZAPS 512
 struct zap {
     uintptr_t start, end;
 };
@@ -98,6 +98,7 @@ struct fmem_region {
     uint32_t cap;      /* cache capacity, units */
     uint32_t reserve;  /* free slots the writer keeps */
     unsigned prefetch; /* most units a read-ahead window holds */
+    uint32_t window_units; /* eviction window: units zapped together */
     int uffd, evfd;    /* evfd wakes the handler */
     int pidfd;         /* this process, for process_madvise; -1: madvise */
     pthread_t handler, writer;
