@@ -186,3 +186,30 @@ Test(region_evict, faults_waiting_for_space_see_slots_freed_by_flushes)
     }
     cr_assert_eq(fmem_region_destroy(r), 0);
 }
+
+/* ---- a writing scan over memory never written --------------------------- */
+
+/* A program fills fresh memory, every other 64 KiB chunk with zeros: the
+ * read-ahead maps the units writable (no write-protect fault each) and
+ * the writer gives pool space only to units that hold data. */
+Test(region_evict, writing_scan_of_fresh_memory_pays_for_data_only)
+{
+    size_t unit = 16384, size = (size_t)32 << 20, cache = size / 4, chunk = 64 << 10;
+    fmem_region *r = make(size, cache, unit);
+    unsigned char *m = fmem_region_base(r);
+    fmem_region_stats_t a, b;
+    cr_assert_eq(fmem_region_stats(r, &a), 0);
+    for (size_t off = 0; off < size; off += 8)
+        *(uint64_t *)(m + off) = (off / chunk) % 2 ? 0 : off + 1;
+    cr_assert_eq(fmem_region_stats(r, &b), 0);
+    uint64_t wp = b.wp_faults - a.wp_faults, units = size / unit;
+    cr_assert_lt(wp, units / 8, "%llu write-protect faults for %llu units",
+                 (unsigned long long)wp, (unsigned long long)units);
+    /* the zero chunks that left the cache took no pool space */
+    uint64_t held = pool_bytes();
+    cr_assert_leq(held, size / 2 + cache, "%llu pool bytes for %zu bytes of data",
+                  (unsigned long long)held, size / 2);
+    for (size_t off = 0; off < size; off += 8)
+        cr_assert_eq(*(uint64_t *)(m + off), (off / chunk) % 2 ? 0 : off + 1, "word at %zu", off);
+    cr_assert_eq(fmem_region_destroy(r), 0);
+}

@@ -273,7 +273,10 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
         if (dirty && !(released >> (u - first) & 1)) {
             un->flags |= UF_DIRTY | UF_REF;
-            (void)remote_ref(r, u); /* on failure the writer tries again */
+            /* a demand write takes its chunk now; read-ahead leaves it to
+             * the writer, which takes a unit still all zeros as clean */
+            if (demand)
+                (void)remote_ref(r, u); /* on failure the writer tries again */
         }
     }
     if (r->nfree < r->reserve)
@@ -336,13 +339,14 @@ static int readahead_step(struct fmem_region *r)
     pthread_mutex_lock(&r->lock);
     while (first < r->ra_end && r->units[first].state != UNIT_ABSENT)
         first++;
-    /* a writing stream maps dirty only units that have their chunk: a
-     * dirty unit needs pool space, and read-ahead must not allocate it for
-     * units the program may never write (a run is all one or the other) */
-    int dirty = r->ra_write && first < r->ra_end && (r->units[first].flags & UF_WRITTEN);
+    /* a writing stream maps its units writable and dirty, without a
+     * write-protect fault each; read-ahead allocates no pool space for
+     * them: the writer does when it evicts one that is not all zeros, so
+     * units the program never wrote take none */
+    int dirty = r->ra_write;
     for (; n < r->buf_units && first + n < r->ra_end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (vn->state != UNIT_ABSENT || (r->ra_write && !!(vn->flags & UF_WRITTEN) != dirty))
+        if (vn->state != UNIT_ABSENT)
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);

@@ -162,6 +162,11 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 /* region_cache.c: slots of the CLOCK ring (lock held) */
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u);
 void cache_free_slot(struct fmem_region *r, uint32_t slot);
+/* Whether unit u can be evicted as far as pool space goes: clean, or a
+ * chunk is there or could be allocated now, or the unit is wholly mapped
+ * (then the writer looks whether it holds only zeros before it takes a
+ * chunk for it). */
+int victim_space(struct fmem_region *r, uint32_t u);
 /* Claim up to `max` CLOCK victims: marks them UNIT_EVICTING. */
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max);
 

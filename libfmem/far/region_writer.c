@@ -51,7 +51,7 @@ static int need_evict(const struct fmem_region *r)
 
 struct victim {
     uint32_t u;
-    int dirty, ok;
+    int dirty, ok, nochunk; /* nochunk: dirty, no pool space yet */
     uint64_t present;
     fmem_handle h;
 };
@@ -204,7 +204,7 @@ static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, u
             w1 = r->nunits;
         for (uint32_t u = w0; u < w1 && n < max; u++) {
             struct region_unit *un = &r->units[u];
-            if (un->state != UNIT_RESIDENT || ((un->flags & UF_DIRTY) && remote_ref(r, u)))
+            if (un->state != UNIT_RESIDENT || !victim_space(r, u))
                 continue;
             un->state = UNIT_EVICTING;
             us[n++] = u;
@@ -231,6 +231,27 @@ static void protect_dirty(struct fmem_region *r, const struct victim *v, unsigne
             sched_yield();
         i = j;
     }
+}
+
+/* A dirty victim without pool space, now write-protected: one a writing
+ * read-ahead mapped writable that holds only zeros is clean (it never
+ * takes a chunk); else it gets its chunk now, or stays cached without. */
+static void settle_nochunk(struct fmem_region *r, struct victim *v)
+{
+    const uint64_t *p = (const uint64_t *)unit_addr(r, v->u);
+    size_t words = r->unit / 8, i = 0;
+    while (i < words && p[i] == 0)
+        i++;
+    if (i == words) {
+        v->dirty = 0;
+        return;
+    }
+    uint64_t off;
+    pthread_mutex_lock(&r->lock);
+    v->ok = remote_ref(r, v->u) == 0;
+    if (v->ok)
+        v->h = remote_handle(r, v->u, &off);
+    pthread_mutex_unlock(&r->lock);
 }
 
 /* Free slots were made: the handler may be waiting for one (lock held). */
@@ -271,7 +292,8 @@ static void evict_batch(struct fmem_region *r)
         uint64_t off;
         v[i] = (struct victim){.u = us[i], .dirty = !!(un->flags & UF_DIRTY), .ok = 1,
                                .present = un->present};
-        if (v[i].dirty)
+        v[i].nochunk = v[i].dirty && !(un->flags & UF_WRITTEN);
+        if (v[i].dirty && !v[i].nochunk)
             v[i].h = remote_handle(r, us[i], &off);
     }
     pthread_mutex_unlock(&r->lock);
@@ -279,7 +301,10 @@ static void evict_batch(struct fmem_region *r)
     qsort(v, n, sizeof v[0], by_unit);
     protect_dirty(r, v, n);
     for (unsigned i = 0; i < n; i++)
-        if (v[i].dirty)
+        if (v[i].nochunk)
+            settle_nochunk(r, &v[i]);
+    for (unsigned i = 0; i < n; i++)
+        if (v[i].dirty && v[i].ok)
             v[i].ok = remote_writeback(r, v[i].u, v[i].h, v[i].present) == 0;
 
     struct zap runs[EVICT_MAX];
