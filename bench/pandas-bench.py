@@ -203,6 +203,8 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.rows, args.rounds = 1_000_000, 1
+    with open("/proc/loadavg") as f:
+        load0 = " ".join(f.read().split()[:3])
     fd, csv = tempfile.mkstemp(prefix="fmem-pandas-bench-", suffix=".csv")
     os.close(fd)
     results = []
@@ -264,7 +266,10 @@ def main():
                 results.append({"workload": "pandas-swap", "cache_pct": pct, "fmem_vs_swap": v})
         with open("/proc/loadavg") as f:
             load = " ".join(f.read().split()[:3])
-        print(f"load average after: {load}")
+        print(f"load average before: {load0}, after: {load}")
+        results.append({"workload": "machine", "cores": os.cpu_count(),
+                        "kernel": os.uname().release, "load_before": load0,
+                        "load_after": load})
         if args.json:
             with open(args.json, "w") as f:
                 for r in results:

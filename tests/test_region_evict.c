@@ -213,3 +213,34 @@ Test(region_evict, writing_scan_of_fresh_memory_pays_for_data_only)
         cr_assert_eq(*(uint64_t *)(m + off), (off / chunk) % 2 ? 0 : off + 1, "word at %zu", off);
     cr_assert_eq(fmem_region_destroy(r), 0);
 }
+
+/* First touches of fresh memory in no particular order: a fault maps the
+ * never-written units after it too (a read-ahead step), so groups of
+ * neighbours touched in a random group order cost one fault each. */
+Test(region_evict, first_touch_maps_fresh_neighbours)
+{
+    size_t unit = 16384, size = (size_t)16 << 20, group = 8, units = size / unit;
+    fmem_region *r = make(size, size, unit);
+    unsigned char *m = fmem_region_base(r);
+    size_t ngroups = units / group, order[units / 8];
+    uint64_t s = 4242;
+    for (size_t i = 0; i < ngroups; i++)
+        order[i] = i;
+    for (size_t i = ngroups - 1; i > 0; i--) {
+        size_t j = rnd(&s) % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    fmem_region_stats_t a, b;
+    cr_assert_eq(fmem_region_stats(r, &a), 0);
+    for (size_t i = 0; i < ngroups; i++)
+        for (size_t k = 0; k < group; k++)
+            m[(order[i] * group + k) * unit + 100] = (unsigned char)(k + 1);
+    cr_assert_eq(fmem_region_stats(r, &b), 0);
+    uint64_t faults = b.missing_faults - a.missing_faults;
+    cr_assert_lt(faults, ngroups * 3 / 2, "%llu faults for %zu groups of %zu fresh units",
+                 (unsigned long long)faults, ngroups, group);
+    for (size_t u = 0; u < units; u++)
+        cr_assert_eq(m[u * unit + 100], (unsigned char)(u % group + 1), "unit %zu", u);
+    cr_assert_eq(fmem_region_destroy(r), 0);
+}

@@ -273,9 +273,10 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
         if (dirty && !(released >> (u - first) & 1)) {
             un->flags |= UF_DIRTY | UF_REF;
-            /* a demand write takes its chunk now; read-ahead leaves it to
-             * the writer, which takes a unit still all zeros as clean */
-            if (demand)
+            /* the unit a write fault hit takes its chunk now; others
+             * leave it to the writer, which takes a unit still all zeros
+             * as clean */
+            if (demand && u == first)
                 (void)remote_ref(r, u); /* on failure the writer tries again */
         }
     }
@@ -294,21 +295,22 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
  * on while the rest comes: it faults again only at the window's end, or
  * on a unit the stream has not reached yet (then it is served on demand
  * and the stream goes on after it). Other faults leave an open window be.
- * A window opened by a write fault maps the units that have pool space
- * writable and dirty: a scan that rewrites data would otherwise take a
- * write-protect fault on every unit. */
-static void readahead_note(struct fmem_region *r, uint32_t u, int write)
+ * A window opened by a write fault maps its units writable and dirty: a
+ * scan that writes would otherwise take a write-protect fault on every
+ * unit. `span`: the units the fault itself mapped from u (fresh memory
+ * is mapped a step at a time). */
+static void readahead_note(struct fmem_region *r, uint32_t u, uint32_t span, int write)
 {
     if (r->prefetch == 0)
         return;
     if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end) {
-        r->ra_next = u + 1; /* the program caught up with the stream */
+        r->ra_next = u + span; /* the program caught up with the stream */
         return;
     }
     if (u != r->seq_next) {
         if (r->ra_next == NO_UNIT) { /* not a scan (yet) */
             r->seq_run = 0;
-            r->seq_next = u + 1;
+            r->seq_next = u + span;
         }
         return;
     }
@@ -317,10 +319,10 @@ static void readahead_note(struct fmem_region *r, uint32_t u, int write)
     uint64_t w = (uint64_t)2 << r->seq_run;
     if (w > r->prefetch)
         w = r->prefetch;
-    uint64_t end = (uint64_t)u + 1 + w;
+    uint64_t end = (uint64_t)u + span + w;
     if (end > r->nunits)
         end = r->nunits;
-    r->ra_next = u + 1;
+    r->ra_next = u + span;
     r->ra_end = (uint32_t)end;
     r->ra_write = write;
     r->seq_next = r->ra_end;
@@ -418,13 +420,28 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         /* a write-protect fault here is stale or hit a stray page: map the
          * unit first, the retried write then faults again */
         int write = !wp && (m->flags & UFFD_PAGEFAULT_FLAG_WRITE);
+        int fresh = !(un->flags & (UF_REMOTE | UF_WRITTEN)); /* never written */
         if (write) /* the chunk exists before the writer is woken */
             (void)remote_ref(r, u);
         cache_take_slot(r, u);
+        uint32_t n = 1;
+        uint8_t rem[r->buf_units];
+        rem[0] = (uint8_t)!!remote;
+        /* first touch of fresh memory: the units after it that were never
+         * written are mapped along (zeros; a write fault maps them
+         * writable without pool space, see evict_batch), one fault per
+         * step instead of one per unit */
+        while (fresh && n < r->buf_units && u + n < r->nunits && r->nfree > 1) {
+            const struct region_unit *vn = &r->units[u + n];
+            if (vn->state != UNIT_ABSENT || (vn->flags & (UF_REMOTE | UF_WRITTEN)) ||
+                r->ring[vn->slot] == u + n)
+                break;
+            cache_take_slot(r, u + n);
+            rem[n++] = 0;
+        }
         pthread_mutex_unlock(&r->lock);
-        uint8_t rem = (uint8_t)!!remote;
-        install_run(r, u, 1, &rem, write, 1);
-        readahead_note(r, u, write);
+        install_run(r, u, n, rem, write, 1);
+        readahead_note(r, u, n, write);
         return FAULT_DONE;
     }
     case UNIT_EVICTING:
