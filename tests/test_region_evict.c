@@ -244,3 +244,23 @@ Test(region_evict, first_touch_maps_fresh_neighbours)
         cr_assert_eq(m[u * unit + 100], (unsigned char)(u % group + 1), "unit %zu", u);
     cr_assert_eq(fmem_region_destroy(r), 0);
 }
+
+/* A cache as large as the region never evicts, also when a read-ahead
+ * stream reaches the last free slots (it stops instead of asking the
+ * writer for space, which would drop a whole window). */
+Test(region_evict, full_cache_never_evicts)
+{
+    size_t unit = 16384, size = (size_t)16 << 20;
+    fmem_region *r = make(size, size, unit);
+    unsigned char *m = fmem_region_base(r);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t off = 0; off < size; off += 4096)
+            m[off] = (unsigned char)(off / 4096 + pass);
+    cr_assert_eq(fmem_region_flush(r), 0);
+    fmem_region_stats_t st;
+    cr_assert_eq(fmem_region_stats(r, &st), 0);
+    cr_assert_eq(st.evictions, 0, "%llu evictions", (unsigned long long)st.evictions);
+    for (size_t off = 0; off < size; off += 4096)
+        cr_assert_eq(m[off], (unsigned char)(off / 4096 + 1));
+    cr_assert_eq(fmem_region_destroy(r), 0);
+}

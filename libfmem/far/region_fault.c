@@ -354,7 +354,12 @@ static int readahead_step(struct fmem_region *r)
         cache_take_slot(r, first + n);
     }
     int waiting = n == 0 && first < r->ra_end;
-    if (waiting) { /* no free slot: the writer wakes us when it made some */
+    if (waiting && r->reserve == 0) {
+        /* a cache as large as the region never evicts: read-ahead must
+         * not make it (the writer would drop a whole window) */
+        first = r->ra_end;
+        waiting = 0;
+    } else if (waiting) { /* no free slot: the writer wakes us when it made some */
         r->space_wanted = 1;
         region_kick_writer(r);
     }
