@@ -23,6 +23,19 @@
 
 #include "region_internal.h"
 
+/* Reading region memory the program writes at other times: the kernel
+ * orders the two (write protection, zaps), which ThreadSanitizer cannot
+ * see (as in region_remote.c). */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#define UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
+#define UNCHECKED_END() __tsan_ignore_thread_end()
+#else
+#define UNCHECKED_BEGIN() ((void)0)
+#define UNCHECKED_END() ((void)0)
+#endif
+
 #define EVICT_BATCH 128 /* CLOCK victims a batch picks */
 #define EVICT_MAX REGION_MAX_ZAPS /* units a batch claims, windows included */
 
@@ -240,8 +253,10 @@ static void settle_nochunk(struct fmem_region *r, struct victim *v)
 {
     const uint64_t *p = (const uint64_t *)unit_addr(r, v->u);
     size_t words = r->unit / 8, i = 0;
+    UNCHECKED_BEGIN();
     while (i < words && p[i] == 0)
         i++;
+    UNCHECKED_END();
     if (i == words) {
         v->dirty = 0;
         return;
