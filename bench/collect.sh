@@ -9,7 +9,7 @@
 # and its baselines at 1..64 threads), ipc.jsonl (fmemd against an embedded
 # pool), region.jsonl (fmem-regionbench at
 # several cache sizes), malloc.jsonl (fmem-mallocbench), numpy.json,
-# arena.json, lua-gc.json, preload.json. `make plots` draws docs/img/ from
+# arena.json, pandas.jsonl, lua-gc.json, preload.json. `make plots` draws docs/img/ from
 # them (bench/plots.py). A benchmark that cannot run here (no userfaultfd,
 # no Python binding, no lua5.4) is reported and skipped. SECONDS_PER_POINT
 # (default 1) is fmem-bench's and fmem-regionbench's time per configuration.
@@ -44,6 +44,9 @@ step "fmem-mallocbench: glibc, mimalloc, fmem"
 step "numpy-bench.py"
 "$pyrun" "$top_srcdir/bench/numpy-bench.py" --rounds 5 --json "$out/numpy.json" >&2 ||
     skipped="$skipped numpy-bench"
+step "pandas-bench.py --quick, kernel swap alongside (root only)"
+"$pyrun" "$top_srcdir/bench/pandas-bench.py" --quick --vs-swap --json "$out/pandas.jsonl" >&2 ||
+    skipped="$skipped pandas-bench"
 step "arena-bench.py"
 "$pyrun" "$top_srcdir/bench/arena-bench.py" --json "$out/arena.json" >&2 ||
     skipped="$skipped arena-bench"

@@ -12,6 +12,10 @@ DATADIR (default docs/data) holds what bench/collect.sh wrote; IMGDIR
                       memory against the local cache size, sequential and
                       random, and (--vs-swap) Linux swapping to zram with
                       the same local memory
+  pandas-cache.png    pandas-bench.py: the pandas workload's speed against
+                      plain memory (wall and CPU time) in a region whose
+                      cache holds the working set, 50 % and 25 % of it,
+                      and (--vs-swap) under kernel swap with as much memory
   runtime-ratios.png  numpy, pymalloc arenas, Lua and the LD_PRELOAD
                       interposer: speed against the same program on plain
                       memory (1 = as fast; Lua: fmem-lua with glibc
@@ -122,6 +126,39 @@ def plot_region(data_dir, out, note):
     save(fig, out, "region-cache.png", note)
 
 
+def plot_pandas(data_dir, out, note):
+    lines = load_lines(os.path.join(data_dir, "pandas.jsonl"))
+    rows = [r for r in lines if r.get("workload") == "pandas" and r["config"] != "plain"]
+    m = next((r for r in lines if r.get("workload") == "machine"), None)
+    if m:  # the benchmark names its own machine and load
+        note = (f"{m['cores']} vCPU VM, kernel {m['kernel']}, load average {m['load_before']}"
+                f" before, {m['load_after']} after")
+    order = ["region", "region50", "region25", "swap50", "swap25"]
+    rows.sort(key=lambda r: order.index(r["config"]) if r["config"] in order else 99)
+    names = {"region": "region, cache\nholds all", "region50": "region\n50 %",
+             "region25": "region\n25 %", "swap50": "kernel swap\n50 %",
+             "swap25": "kernel swap\n25 %"}
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    x = range(len(rows))
+    wall = [r["ratio_vs_plain"] for r in rows]
+    cpu = [r.get("cpu_ratio_vs_plain", 0) for r in rows]
+    ax.bar([i - 0.2 for i in x], wall, width=0.4, color="tab:blue", label="wall time")
+    ax.bar([i + 0.2 for i in x], cpu, width=0.4, color="tab:gray", label="CPU time")
+    for i in x:
+        ax.annotate(f"{wall[i]:.2f}", (i - 0.2, wall[i]), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([names.get(r["config"], r["config"]) for r in rows], fontsize=8)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_ylabel("speed / plain memory's (1 = as fast)")
+    rows_n = rows[0]["rows"] if rows else 0
+    ws = rows[0]["working_set"] >> 20 if rows else 0
+    ax.set_title(f"pandas: CSV load, groupby, merge, sort of {rows_n} rows "
+                 f"(working set {ws} MiB)", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(True, axis="y", alpha=0.3)
+    save(fig, out, "pandas-cache.png", note)
+
+
 def bars(ax, labels, values, title, ylabel):
     colors = ["tab:blue" if v >= 0.95 else "tab:orange" if v >= 0.5 else "tab:red"
               for v in values]
@@ -193,7 +230,8 @@ def main():
     out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(top, "docs", "img")
     os.makedirs(out, exist_ok=True)
     note = machine_note(data_dir)
-    for name, fn in (("alloc.jsonl", plot_alloc), ("region.jsonl", plot_region)):
+    for name, fn in (("alloc.jsonl", plot_alloc), ("region.jsonl", plot_region),
+                     ("pandas.jsonl", plot_pandas)):
         if os.path.exists(os.path.join(data_dir, name)):
             fn(data_dir, out, note)
         else:

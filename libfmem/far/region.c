@@ -17,6 +17,10 @@
 #define CHUNK_MIN ((size_t)64 * 1024)
 #define PREFETCH_BYTES ((size_t)4 << 20) /* default read-ahead window */
 #define STEP_BYTES ((size_t)128 * 1024)   /* mapped per read-ahead step */
+/* The writer drops the resident units of an aligned window of this size
+ * together (region_writer.c): one zap, one TLB shootdown and one removal
+ * event for all of them instead of one each. */
+#define WINDOW_BYTES ((size_t)2 << 20)
 
 static unsigned log2z(size_t v)
 {
@@ -188,6 +192,7 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
     r->nunits = (uint32_t)(r->size >> r->unit_shift);
     r->chunk = unit > CHUNK_MIN ? unit : CHUNK_MIN;
     r->units_per_chunk = (unsigned)(r->chunk / unit);
+    r->window_units = unit >= WINDOW_BYTES ? 1 : (uint32_t)(WINDOW_BYTES / unit);
     r->nchunks = (r->nunits + r->units_per_chunk - 1) / r->units_per_chunk;
     size_t cap = (cfg->cache_bytes + unit - 1) / unit;
     if (cap < FMEM_REGION_MIN_CACHE_UNITS)

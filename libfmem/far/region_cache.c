@@ -27,6 +27,12 @@ void cache_free_slot(struct fmem_region *r, uint32_t slot)
     r->nfree++;
 }
 
+int victim_space(struct fmem_region *r, uint32_t u)
+{
+    const struct region_unit *un = &r->units[u];
+    return !(un->flags & UF_DIRTY) || un->present == full_mask(r) || remote_ref(r, u) == 0;
+}
+
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
 {
     unsigned n = 0;
@@ -43,9 +49,10 @@ unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
             un->flags &= (uint8_t)~UF_REF;
             continue;
         }
-        /* a dirty unit whose chunk could not be allocated at its first
-         * write gets another try; without pool space it stays cached */
-        if ((un->flags & UF_DIRTY) && remote_ref(r, u))
+        /* a dirty unit gets its chunk here if it has none (the writer
+         * takes one that holds only zeros as clean, see evict_batch);
+         * without pool space it stays cached */
+        if (!victim_space(r, u))
             continue;
         un->state = UNIT_EVICTING;
         out[n++] = u;

@@ -272,7 +272,11 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
         if (dirty && !(released >> (u - first) & 1)) {
             un->flags |= UF_DIRTY | UF_REF;
-            (void)remote_ref(r, u); /* on failure the writer tries again */
+            /* the unit a write fault hit takes its chunk now; others
+             * leave it to the writer, which takes a unit still all zeros
+             * as clean */
+            if (demand && u == first)
+                (void)remote_ref(r, u); /* on failure the writer tries again */
         }
     }
     if (r->nfree < r->reserve)
@@ -290,21 +294,22 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
  * on while the rest comes: it faults again only at the window's end, or
  * on a unit the stream has not reached yet (then it is served on demand
  * and the stream goes on after it). Other faults leave an open window be.
- * A window opened by a write fault maps the units that have pool space
- * writable and dirty: a scan that rewrites data would otherwise take a
- * write-protect fault on every unit. */
-static void readahead_note(struct fmem_region *r, uint32_t u, int write)
+ * A window opened by a write fault maps its units writable and dirty: a
+ * scan that writes would otherwise take a write-protect fault on every
+ * unit. `span`: the units the fault itself mapped from u (fresh memory
+ * is mapped a step at a time). */
+static void readahead_note(struct fmem_region *r, uint32_t u, uint32_t span, int write)
 {
     if (r->prefetch == 0)
         return;
     if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end) {
-        r->ra_next = u + 1; /* the program caught up with the stream */
+        r->ra_next = u + span; /* the program caught up with the stream */
         return;
     }
     if (u != r->seq_next) {
         if (r->ra_next == NO_UNIT) { /* not a scan (yet) */
             r->seq_run = 0;
-            r->seq_next = u + 1;
+            r->seq_next = u + span;
         }
         return;
     }
@@ -313,10 +318,10 @@ static void readahead_note(struct fmem_region *r, uint32_t u, int write)
     uint64_t w = (uint64_t)2 << r->seq_run;
     if (w > r->prefetch)
         w = r->prefetch;
-    uint64_t end = (uint64_t)u + 1 + w;
+    uint64_t end = (uint64_t)u + span + w;
     if (end > r->nunits)
         end = r->nunits;
-    r->ra_next = u + 1;
+    r->ra_next = u + span;
     r->ra_end = (uint32_t)end;
     r->ra_write = write;
     r->seq_next = r->ra_end;
@@ -335,19 +340,25 @@ static int readahead_step(struct fmem_region *r)
     pthread_mutex_lock(&r->lock);
     while (first < r->ra_end && r->units[first].state != UNIT_ABSENT)
         first++;
-    /* a writing stream maps dirty only units that have their chunk: a
-     * dirty unit needs pool space, and read-ahead must not allocate it for
-     * units the program may never write (a run is all one or the other) */
-    int dirty = r->ra_write && first < r->ra_end && (r->units[first].flags & UF_WRITTEN);
+    /* a writing stream maps its units writable and dirty, without a
+     * write-protect fault each; read-ahead allocates no pool space for
+     * them: the writer does when it evicts one that is not all zeros, so
+     * units the program never wrote take none */
+    int dirty = r->ra_write;
     for (; n < r->buf_units && first + n < r->ra_end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (vn->state != UNIT_ABSENT || (r->ra_write && !!(vn->flags & UF_WRITTEN) != dirty))
+        if (vn->state != UNIT_ABSENT)
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);
     }
     int waiting = n == 0 && first < r->ra_end;
-    if (waiting) { /* no free slot: the writer wakes us when it made some */
+    if (waiting && r->reserve == 0) {
+        /* a cache as large as the region never evicts: read-ahead must
+         * not make it (the writer would drop a whole window) */
+        first = r->ra_end;
+        waiting = 0;
+    } else if (waiting) { /* no free slot: the writer wakes us when it made some */
         r->space_wanted = 1;
         region_kick_writer(r);
     }
@@ -413,14 +424,29 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         /* a write-protect fault here is stale or hit a stray page: map the
          * unit first, the retried write then faults again */
         int write = !wp && (m->flags & UFFD_PAGEFAULT_FLAG_WRITE);
+        int fresh = !(un->flags & (UF_REMOTE | UF_WRITTEN)); /* never written */
         if (write) /* the chunk exists before the writer is woken */
             (void)remote_ref(r, u);
         cache_take_slot(r, u);
+        uint32_t n = 1;
+        uint8_t rem[r->buf_units];
+        rem[0] = (uint8_t)!!remote;
+        /* first touch of fresh memory: the units after it that were never
+         * written are mapped along (zeros; a write fault maps them
+         * writable without pool space, see evict_batch), one fault per
+         * step instead of one per unit */
+        while (fresh && n < r->buf_units && u + n < r->nunits && r->nfree > 1) {
+            const struct region_unit *vn = &r->units[u + n];
+            if (vn->state != UNIT_ABSENT || (vn->flags & (UF_REMOTE | UF_WRITTEN)) ||
+                r->ring[vn->slot] == u + n)
+                break;
+            cache_take_slot(r, u + n);
+            rem[n++] = 0;
+        }
         pthread_mutex_unlock(&r->lock);
-        uint8_t rem = (uint8_t)!!remote;
-        install_run(r, u, 1, &rem, write, 1);
+        install_run(r, u, n, rem, write, 1);
         policy_note_fault(r, u, write);
-        readahead_note(r, u, write);
+        readahead_note(r, u, n, write);
         return FAULT_DONE;
     }
     case UNIT_EVICTING:
@@ -477,9 +503,9 @@ void *region_handler_main(void *arg)
         pthread_mutex_unlock(&r->lock);
         if (stop)
             break;
-        /* faults still queued (waiting for a slot) never wait for a wake-up
-         * alone: the queue is looked at again within a millisecond */
-        int timeout = retry || (nospace && space) || ahead || fresh ? 0 : r->deferred.n ? 1 : -1;
+        /* faults waiting for a slot are woken by whoever frees one while
+         * space_wanted is set: the writer (slots_freed) or a release here */
+        int timeout = retry || (nospace && space) || ahead || fresh ? 0 : -1;
         struct pollfd p[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->evfd, .events = POLLIN}};
         int ready = poll(p, 2, timeout);
         if (ready < 0 && errno != EINTR) {

@@ -66,7 +66,7 @@ struct fault_list {
 };
 
 /* A madvise the writer issued to drop units; its removal event is ours. */
-#define REGION_MAX_ZAPS 256
+#define REGION_MAX_ZAPS 512
 struct zap {
     uintptr_t start, end;
 };
@@ -140,6 +140,7 @@ struct fmem_region {
     uint32_t cap;      /* cache capacity, units */
     uint32_t reserve;  /* free slots the writer keeps */
     unsigned prefetch; /* most units a read-ahead window holds */
+    uint32_t window_units; /* eviction window: units zapped together */
     int uffd, evfd;    /* evfd wakes the handler */
     int pidfd;         /* this process, for process_madvise; -1: madvise */
     pthread_t handler, writer;
@@ -211,6 +212,11 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 /* region_cache.c: slots of the CLOCK ring (lock held) */
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u);
 void cache_free_slot(struct fmem_region *r, uint32_t slot);
+/* Whether unit u can be evicted as far as pool space goes: clean, or a
+ * chunk is there or could be allocated now, or the unit is wholly mapped
+ * (then the writer looks whether it holds only zeros before it takes a
+ * chunk for it). */
+int victim_space(struct fmem_region *r, uint32_t u);
 /* Claim up to `max` CLOCK victims: marks them UNIT_EVICTING. */
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max);
 

@@ -23,7 +23,21 @@
 
 #include "region_internal.h"
 
-#define EVICT_BATCH 128
+/* Reading region memory the program writes at other times: the kernel
+ * orders the two (write protection, zaps), which ThreadSanitizer cannot
+ * see (as in region_remote.c). */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#define UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
+#define UNCHECKED_END() __tsan_ignore_thread_end()
+#else
+#define UNCHECKED_BEGIN() ((void)0)
+#define UNCHECKED_END() ((void)0)
+#endif
+
+#define EVICT_BATCH 128 /* CLOCK victims a batch picks */
+#define EVICT_MAX REGION_MAX_ZAPS /* units a batch claims, windows included */
 
 void region_kick_writer(struct fmem_region *r)
 {
@@ -50,7 +64,7 @@ static int need_evict(const struct fmem_region *r)
 
 struct victim {
     uint32_t u;
-    int dirty, ok;
+    int dirty, ok, nochunk; /* nochunk: dirty, no pool space yet */
     uint64_t present;
     fmem_handle h;
 };
@@ -61,19 +75,49 @@ static int by_unit(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Register the zap ranges of consecutive victims (lock held); returns the
- * number of runs written to runs[]. */
-static unsigned plan_zaps(struct fmem_region *r, struct victim *v, unsigned n, struct zap *runs)
+/* A unit the writer may zap along with its neighbours although nobody
+ * asked: absent (no pages) and not being installed by the handler (which
+ * holds a slot for the units it installs). Lock held. */
+static int absent_unclaimed(const struct fmem_region *r, uint32_t u)
+{
+    const struct region_unit *un = &r->units[u];
+    return un->state == UNIT_ABSENT && r->ring[un->slot] != u;
+}
+
+/* Plan the zaps (lock held): runs of victims that were written back (or
+ * were clean), joined across gaps inside one eviction window whose units
+ * are all absent. Those gap units are claimed too (UNIT_EVICTING, listed
+ * in gap[], at most gap_cap): a fault on them waits for the zap instead of
+ * racing it. Each run is registered in r->zaps; returns the number of
+ * runs written to runs[]. */
+static unsigned plan_zaps(struct fmem_region *r, struct victim *v, unsigned n, struct zap *runs,
+                          uint32_t *gap, unsigned *ngap, unsigned gap_cap)
 {
     unsigned nr = 0;
+    uint32_t run_end = NO_UNIT; /* unit after the last run's end */
+    *ngap = 0;
     for (unsigned i = 0; i < n; i++) {
-        if (!v[i].ok)
+        if (!v[i].ok) {
+            run_end = NO_UNIT; /* it stays mapped: never zap across it */
             continue;
-        uintptr_t s = (uintptr_t)unit_addr(r, v[i].u);
-        if (nr && runs[nr - 1].end == s)
-            runs[nr - 1].end += r->unit;
-        else
+        }
+        uint32_t u = v[i].u;
+        int join = nr && run_end != NO_UNIT && u >= run_end &&
+                   (run_end - 1) / r->window_units == u / r->window_units &&
+                   *ngap + (u - run_end) <= gap_cap;
+        for (uint32_t g = run_end; join && g < u; g++)
+            join = absent_unclaimed(r, g);
+        if (join) {
+            for (uint32_t g = run_end; g < u; g++) {
+                r->units[g].state = UNIT_EVICTING;
+                gap[(*ngap)++] = g;
+            }
+            runs[nr - 1].end = (uintptr_t)unit_addr(r, u) + r->unit;
+        } else {
+            uintptr_t s = (uintptr_t)unit_addr(r, u);
             runs[nr++] = (struct zap){s, s + r->unit};
+        }
+        run_end = u + 1;
     }
     for (unsigned i = 0; i < nr; i++)
         r->zaps[r->nzaps++] = runs[i];
@@ -85,25 +129,41 @@ static unsigned plan_zaps(struct fmem_region *r, struct victim *v, unsigned n, s
  * the calling process); a madvise(2) per run costs a shootdown each. */
 static void zap_runs(struct fmem_region *r, const struct zap *runs, unsigned nr)
 {
-    struct iovec iov[EVICT_BATCH];
+    struct iovec iov[EVICT_MAX];
     for (unsigned i = 0; i < nr; i++)
         iov[i] = (struct iovec){(void *)runs[i].start, runs[i].end - runs[i].start};
     unsigned done = 0;
-    if (r->pidfd >= 0) {
-        long rc = syscall(SYS_process_madvise, r->pidfd, iov, (size_t)nr, MADV_DONTNEED, 0u);
+    while (r->pidfd >= 0 && done < nr) {
+        /* at most IOV_MAX (1024) vectors a call */
+        long rc = syscall(SYS_process_madvise, r->pidfd, iov + done, (size_t)(nr - done),
+                          MADV_DONTNEED, 0u);
         if (rc < 0) {
             if (errno == EINVAL || errno == ENOSYS || errno == EPERM || errno == EBADF) {
                 close(r->pidfd); /* not supported here: madvise from now on */
                 r->pidfd = -1;
             }
-        } else {
-            /* a short count stops at a run boundary */
-            for (size_t bytes = rc > 0 ? (size_t)rc : 0; done < nr && bytes >= iov[done].iov_len;)
-                bytes -= iov[done++].iov_len;
+            break;
         }
+        /* a short count stops at a run boundary */
+        unsigned before = done;
+        for (size_t bytes = (size_t)rc; done < nr && bytes >= iov[done].iov_len;)
+            bytes -= iov[done++].iov_len;
+        if (done == before)
+            break;
     }
     for (unsigned i = done; i < nr; i++)
         madvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
+}
+
+/* What a release of a claimed unit left to do, once the unit is gone
+ * (lock held). */
+static void finish_release(struct fmem_region *r, uint32_t u)
+{
+    struct region_unit *un = &r->units[u];
+    if (un->flags & UF_RELEASED)
+        remote_drop(r, u);
+    else if (un->zeroed && (un->flags & UF_REMOTE))
+        (void)remote_zero_pages(r, u, un->zeroed);
 }
 
 /* The unit is gone from local memory (lock held). Returns 1 if faults are
@@ -124,10 +184,7 @@ static int finish_eviction(struct fmem_region *r, struct victim *v)
         un->flags = (uint8_t)((un->flags | UF_REMOTE) & ~UF_DIRTY);
         stat_add(&r->st.writebacks, 1);
     }
-    if (un->flags & UF_RELEASED)
-        remote_drop(r, v->u);
-    else if (un->zeroed && (un->flags & UF_REMOTE))
-        (void)remote_zero_pages(r, v->u, un->zeroed);
+    finish_release(r, v->u);
     int waiters = !!(un->flags & UF_WAITERS);
     un->flags &= UF_REMOTE | UF_WRITTEN;
     un->present = un->zeroed = 0;
@@ -144,15 +201,101 @@ static void writeback_one(void *arg, unsigned i)
 {
     struct writeback_job *j = arg;
     struct victim *v = &j->v[i];
-    if (v->dirty)
+    if (v->dirty && v->ok)
         v->ok = remote_writeback(j->r, v->u, v->h, v->present) == 0;
+}
+
+/* An absent unit claimed for a zap is free again (lock held). */
+static int finish_gap(struct fmem_region *r, uint32_t u)
+{
+    struct region_unit *un = &r->units[u];
+    un->state = UNIT_ABSENT;
+    finish_release(r, u);
+    int waiters = !!(un->flags & UF_WAITERS);
+    un->flags &= UF_REMOTE | UF_WRITTEN;
+    un->zeroed = 0;
+    return waiters;
+}
+
+/* Claim the other resident units of the eviction window of each of the
+ * first n victims in us[] (lock held): a zap costs a TLB shootdown and a
+ * removal event whatever its length, so units are dropped a window at a
+ * time where the cache allows. Returns the new count. */
+static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, unsigned max)
+{
+    unsigned picked = n;
+    for (unsigned i = 0; i < picked && n < max; i++) {
+        uint32_t w0 = us[i] / r->window_units * r->window_units, w1 = w0 + r->window_units;
+        if (w1 > r->nunits)
+            w1 = r->nunits;
+        for (uint32_t u = w0; u < w1 && n < max; u++) {
+            struct region_unit *un = &r->units[u];
+            if (un->state != UNIT_RESIDENT || !victim_space(r, u))
+                continue;
+            un->state = UNIT_EVICTING;
+            us[n++] = u;
+        }
+    }
+    return n;
+}
+
+/* Write-protect the dirty victims (sorted by unit), a run of neighbours
+ * per call: each call is a TLB shootdown. */
+static void protect_dirty(struct fmem_region *r, const struct victim *v, unsigned n)
+{
+    for (unsigned i = 0; i < n;) {
+        if (!v[i].dirty) {
+            i++;
+            continue;
+        }
+        unsigned j = i + 1;
+        while (j < n && v[j].dirty && v[j].u == v[j - 1].u + 1)
+            j++;
+        size_t len = (size_t)(j - i) << r->unit_shift;
+        /* EAGAIN: a removal event is queued; the handler reads it shortly */
+        while (uffd_wp(r->uffd, unit_addr(r, v[i].u), len, 1) == -EAGAIN)
+            sched_yield();
+        i = j;
+    }
+}
+
+/* A dirty victim without pool space, now write-protected: one a writing
+ * read-ahead mapped writable that holds only zeros is clean (it never
+ * takes a chunk); else it gets its chunk now, or stays cached without. */
+static void settle_nochunk(struct fmem_region *r, struct victim *v)
+{
+    const uint64_t *p = (const uint64_t *)unit_addr(r, v->u);
+    size_t words = r->unit / 8, i = 0;
+    UNCHECKED_BEGIN();
+    while (i < words && p[i] == 0)
+        i++;
+    UNCHECKED_END();
+    if (i == words) {
+        v->dirty = 0;
+        return;
+    }
+    uint64_t off;
+    pthread_mutex_lock(&r->lock);
+    v->ok = remote_ref(r, v->u) == 0;
+    if (v->ok)
+        v->h = remote_handle(r, v->u, &off);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Free slots were made: the handler may be waiting for one (lock held). */
+static void slots_freed(struct fmem_region *r)
+{
+    if (r->space_wanted && r->nfree) {
+        r->space_wanted = 0;
+        region_kick_handler(r);
+    }
 }
 
 /* Evict one batch (lock held on entry and exit, dropped inside). */
 static void evict_batch(struct fmem_region *r)
 {
-    struct victim v[EVICT_BATCH];
-    uint32_t us[EVICT_BATCH];
+    struct victim v[EVICT_MAX];
+    uint32_t us[EVICT_MAX], gap[EVICT_MAX];
     /* evict down to twice the reserve: fewer, larger batches, and each
      * batch costs one TLB shootdown for the zap */
     unsigned want = r->nfree < 2 * r->reserve ? 2 * r->reserve - r->nfree : 1;
@@ -160,6 +303,7 @@ static void evict_batch(struct fmem_region *r)
         want = EVICT_BATCH;
     unsigned n = cache_pick_victims(r, us, want);
     if (n == 0) { /* everything is busy or pinned: try again shortly */
+        slots_freed(r); /* a flush may have freed some meanwhile */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += 1000000;
@@ -170,42 +314,48 @@ static void evict_batch(struct fmem_region *r)
         pthread_cond_timedwait(&r->writer_cv, &r->lock, &ts);
         return;
     }
+    n = claim_windows(r, us, n, EVICT_MAX);
     for (unsigned i = 0; i < n; i++) {
         struct region_unit *un = &r->units[us[i]];
         uint64_t off;
         v[i] = (struct victim){.u = us[i], .dirty = !!(un->flags & UF_DIRTY), .ok = 1,
                                .present = un->present};
-        if (v[i].dirty)
+        v[i].nochunk = v[i].dirty && !(un->flags & UF_WRITTEN);
+        if (v[i].dirty && !v[i].nochunk)
             v[i].h = remote_handle(r, us[i], &off);
     }
     pthread_mutex_unlock(&r->lock);
 
-    /* in unit order, the write-backs go to the paths in turn (region_io.c) */
     qsort(v, n, sizeof v[0], by_unit);
+    protect_dirty(r, v, n);
     for (unsigned i = 0; i < n; i++)
-        if (v[i].dirty)
-            protect(r, v[i].u);
+        if (v[i].nochunk)
+            settle_nochunk(r, &v[i]);
+    /* in unit order, the write-backs go to the paths in turn (region_io.c) */
     struct writeback_job job = {r, v};
     region_io_run(&r->io, remote_io_width(r), n, writeback_one, &job);
 
-    struct zap runs[EVICT_BATCH];
+    struct zap runs[EVICT_MAX];
+    unsigned ngap;
     pthread_mutex_lock(&r->lock);
-    unsigned nr = plan_zaps(r, v, n, runs);
+    unsigned nr = plan_zaps(r, v, n, runs, gap, &ngap, EVICT_MAX);
     pthread_mutex_unlock(&r->lock);
     zap_runs(r, runs, nr);
 
     pthread_mutex_lock(&r->lock);
-    int wake[EVICT_BATCH];
+    uint8_t wake[EVICT_MAX], wake_gap[EVICT_MAX];
     for (unsigned i = 0; i < n; i++)
-        wake[i] = finish_eviction(r, &v[i]);
-    if (r->space_wanted && r->nfree) {
-        r->space_wanted = 0;
-        region_kick_handler(r);
-    }
+        wake[i] = (uint8_t)finish_eviction(r, &v[i]);
+    for (unsigned i = 0; i < ngap; i++)
+        wake_gap[i] = (uint8_t)finish_gap(r, gap[i]);
+    slots_freed(r);
     pthread_mutex_unlock(&r->lock);
     for (unsigned i = 0; i < n; i++)
         if (wake[i])
             uffd_wake(r->uffd, unit_addr(r, v[i].u), r->unit);
+    for (unsigned i = 0; i < ngap; i++)
+        if (wake_gap[i])
+            uffd_wake(r->uffd, unit_addr(r, gap[i]), r->unit);
     pthread_mutex_lock(&r->lock);
 }
 
@@ -235,6 +385,7 @@ static int flush_unit(struct fmem_region *r, uint32_t u)
         un->state = UNIT_ABSENT;
         un->flags = 0;
         un->present = un->zeroed = 0;
+        slots_freed(r);
         return rc;
     }
     un->state = UNIT_RESIDENT;
