@@ -519,3 +519,44 @@ Test(compact, region_heaps_refuse_clearly)
     fmem_heap_destroy(h);
     fmem_region_destroy(r);
 }
+
+/* ---- fork ---------------------------------------------------------------- */
+
+Test(compact, fork_child_writes_do_not_reach_the_parent)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    size_t cap = FMEM_HEAP_SLAB_SIZE / 64;
+    void **a = calloc(cap, sizeof *a), **b = calloc(cap, sizeof *b);
+    two_slabs(h, a, b, cap);
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int bad = 0;
+        for (size_t i = 0; i < cap; i++) {
+            void *p = a[i] ? a[i] : b[i];
+            size_t seed = a[i] ? i : 100000 + i;
+            bad |= !same(p, 64, seed);
+            memset(p, 0xEE, 64);
+            if (i % 3 == 0)
+                bad |= fmem_heap_free(h, p) != 0;
+        }
+        void *n[100];
+        for (int i = 0; i < 100; i++) /* new slabs in the child work too */
+            memset(n[i] = fmem_heap_malloc(h, 64), 0xDD, 64);
+        _exit(bad ? 1 : 0);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    for (size_t i = 0; i < cap; i++) {
+        if (a[i])
+            cr_assert(same(a[i], 64, i), "the child's write reached the parent");
+        if (b[i])
+            cr_assert(same(b[i], 64, 100000 + i), "the child's write reached the parent");
+    }
+    fmem_heap_destroy(h);
+    free(a);
+    free(b);
+}

@@ -481,6 +481,46 @@ void compact_auto(struct theap *th)
     compact_theap(th, &left);
 }
 
+/* ---- fork ---------------------------------------------------------------
+ * The slots map the pool's shared pages: a fork child would write into the
+ * parent's objects through them. In the child every slab range becomes a
+ * private copy (moved over the slot in one mremap); the ranges of a merged
+ * slab become copies of their own, each showing the objects reached
+ * through it. Merging in the child then fails for inherited slabs (their
+ * chunks are private copies now, which cannot be mapped twice) and works
+ * for new ones. */
+static void privatize(char *at)
+{
+    void *tmp = mmap(NULL, SLAB_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (tmp == MAP_FAILED)
+        return;
+    memcpy(tmp, at, SLAB_SIZE);
+    if (mremap(tmp, SLAB_SIZE, SLAB_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED)
+        munmap(tmp, SLAB_SIZE);
+}
+
+static void privatize_list(struct slab *s)
+{
+    for (; s; s = s->next) {
+        privatize(s->start);
+        for (struct slab *a = s->merged; a; a = a->merged)
+            privatize(a->start);
+    }
+}
+
+void compact_fork_child(struct fmem_heap *h)
+{
+    if (!h->compact)
+        return;
+    for (struct theap *th = h->theaps; th; th = th->next) {
+        for (unsigned c = 0; c < NCLASSES; c++) {
+            privatize_list(th->avail[c]);
+            privatize_list(th->full[c]);
+        }
+        privatize_list(th->spare);
+    }
+}
+
 /* ---- public calls ------------------------------------------------------ */
 
 int fmem_heap_set_compact_policy(fmem_heap *h, const fmem_compact_policy *policy)

@@ -42,6 +42,9 @@ static inline struct slab *compact_resolve(struct slab *alias, void **p)
 /* A survivor goes back to the pool: its aliases' ranges go too. */
 void compact_drop_aliases(struct fmem_heap *h, struct slab *s);
 
+/* In a fork child: slab ranges become private copies (heap_thread.c). */
+void compact_fork_child(struct fmem_heap *h);
+
 /* Automatic compaction from the allocation slow path (owner thread). */
 int compact_auto_due(struct theap *th);
 void compact_auto(struct theap *th);
