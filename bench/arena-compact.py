@@ -11,7 +11,7 @@ pymalloc's arenas (1 MiB, or 256 KiB before Python 3.10), each one a large
 heap object, not slab objects: what compaction can merge there is shown
 here as measured.
 
-    bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5]
+    bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5] [--json FILE]
 """
 import argparse
 import json
@@ -59,8 +59,14 @@ def main():
     ap.add_argument("--objects", type=int, default=200_000, help="entries per dict")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--keep", type=int, default=8, help="keep every k-th value")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = ap.parse_args()
     off, on = run(args, "off"), run(args, "on")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"bench": "arena-compact", "objects": args.objects, "rounds": args.rounds,
+                       "keep": args.keep, "python": sys.version.split()[0], "off": off,
+                       "on": on}, f)
     print(f"arena-compact: {args.rounds} dicts of {args.objects} entries, every "
           f"{args.keep}th value kept ({on['kept']} objects), Python {sys.version.split()[0]}")
     print(f"{'config':<8} {'pool MiB':>9} {'arenas':>7} {'slabs':>6} {'merges':>7} "

@@ -16,7 +16,7 @@
  * objects). Reclaim time = the compaction / trim / collect call alone.
  *
  * usage: fmem-fragbench [-n N] [--free-min PCT] [--free-max PCT]
- *        [--sizes a,b,c] [--seed S] [--pool-mb M] [--strided]
+ *        [--sizes a,b,c] [--seed S] [--pool-mb M] [--strided] [--json]
  * --strided keeps every k-th object allocated (k = 100 / (100 - free %))
  * instead of a random subset: the live objects of every slab then sit at
  * the same offsets under sequential placement, which random placement
@@ -44,6 +44,7 @@ struct opts {
     uint64_t seed;
     unsigned pool_mb;
     int strided; /* keep every k-th object instead of a random subset */
+    int json;    /* one JSON line per allocator instead of the table */
 };
 
 struct result {
@@ -312,7 +313,7 @@ int main(int argc, char **argv)
     static const struct option lo[] = {{"free-min", 1, 0, 'a'}, {"free-max", 1, 0, 'b'},
                                        {"sizes", 1, 0, 's'},    {"seed", 1, 0, 'r'},
                                        {"pool-mb", 1, 0, 'p'},  {"help", 0, 0, 'h'},
-                                       {"strided", 0, 0, 'k'},
+                                       {"strided", 0, 0, 'k'},  {"json", 0, 0, 'j'},
                                        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "n:h", lo, NULL)) != -1) {
@@ -329,9 +330,10 @@ int main(int argc, char **argv)
         case 'r': o.seed = strtoull(optarg, NULL, 10); break;
         case 'p': o.pool_mb = (unsigned)atoi(optarg); break;
         case 'k': o.strided = 1; break;
+        case 'j': o.json = 1; break;
         default:
             printf("usage: %s [-n N] [--free-min PCT] [--free-max PCT] [--sizes a,b,c] "
-                   "[--seed S] [--pool-mb M] [--strided]\n",
+                   "[--seed S] [--pool-mb M] [--strided] [--json]\n",
                    argv[0]);
             return c == 'h' ? 0 : 2;
         }
@@ -340,19 +342,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "need -n > 0 and 0 <= --free-min <= --free-max <= 100\n");
         return 2;
     }
-    printf("fragbench: %zu objects, sizes", o.n);
-    for (unsigned i = 0; i < o.nsizes; i++)
-        printf("%s%zu", i ? "," : " ", o.sizes[i]);
-    printf(", free %u-%u %% (%s), seed %llu\n", o.free_min, o.free_max,
-           o.strided ? "strided" : "random", (unsigned long long)o.seed);
-    printf("%-12s %9s %11s %11s %11s %8s %8s %10s %7s %9s\n", "allocator", "live KiB", "alloc KiB",
-           "freed KiB", "reclaim KiB", "x before", "x after", "reclaim ms", "merges",
-           "malloc ns");
+    if (!o.json) {
+        printf("fragbench: %zu objects, sizes", o.n);
+        for (unsigned i = 0; i < o.nsizes; i++)
+            printf("%s%zu", i ? "," : " ", o.sizes[i]);
+        printf(", free %u-%u %% (%s), seed %llu\n", o.free_min, o.free_max,
+               o.strided ? "strided" : "random", (unsigned long long)o.seed);
+        printf("%-12s %9s %11s %11s %11s %8s %8s %10s %7s %9s\n", "allocator", "live KiB",
+               "alloc KiB", "freed KiB", "reclaim KiB", "x before", "x after", "reclaim ms",
+               "merges", "malloc ns");
+    }
     const char *names[] = {"fmem", "fmem-random", "glibc", "mimalloc"};
     int fail = 0;
     for (unsigned i = 0; i < 4; i++) {
         struct result r;
         run_child(&o, names[i], &r);
+        if (o.json) {
+            printf("{\"bench\":\"fragbench\",\"allocator\":\"%s\",\"ok\":%s,\"objects\":%zu,"
+                   "\"strided\":%s,\"seed\":%llu,\"live_bytes\":%llu,\"alloc_bytes\":%llu,"
+                   "\"freed_bytes\":%llu,\"reclaimed_bytes\":%llu,\"reclaim_ns\":%llu,"
+                   "\"merges\":%llu,\"alloc_ns\":%llu}\n",
+                   names[i], r.ok ? "true" : "false", o.n, o.strided ? "true" : "false",
+                   (unsigned long long)o.seed, (unsigned long long)r.live,
+                   (unsigned long long)r.after_alloc, (unsigned long long)r.after_free,
+                   (unsigned long long)r.after_reclaim, (unsigned long long)r.reclaim_ns,
+                   (unsigned long long)r.merges, (unsigned long long)r.alloc_ns);
+            fail |= !r.ok && i < 2;
+            continue;
+        }
         if (!r.ok) {
             printf("%-12s skipped: %s\n", names[i], r.why);
             fail |= i < 2; /* fmem must run */
@@ -365,7 +382,8 @@ int main(int argc, char **argv)
                (double)r.after_reclaim / (double)r.live, (double)r.reclaim_ns / 1e6,
                (unsigned long long)r.merges, (double)r.alloc_ns / (double)o.n);
     }
-    printf("(fmem: pool bytes; glibc, mimalloc: resident bytes of the process; malloc ns: "
+    if (!o.json)
+        printf("(fmem: pool bytes; glibc, mimalloc: resident bytes of the process; malloc ns: "
            "mean time of one allocation in the allocation phase)\n");
     return fail;
 }
