@@ -361,12 +361,12 @@ int main(int argc, char **argv)
             printf("{\"bench\":\"fragbench\",\"allocator\":\"%s\",\"ok\":%s,\"objects\":%zu,"
                    "\"strided\":%s,\"seed\":%llu,\"live_bytes\":%llu,\"alloc_bytes\":%llu,"
                    "\"freed_bytes\":%llu,\"reclaimed_bytes\":%llu,\"reclaim_ns\":%llu,"
-                   "\"merges\":%llu,\"alloc_ns\":%llu}\n",
+                   "\"merges\":%llu,\"alloc_ns_per_object\":%.1f}\n",
                    names[i], r.ok ? "true" : "false", o.n, o.strided ? "true" : "false",
                    (unsigned long long)o.seed, (unsigned long long)r.live,
                    (unsigned long long)r.after_alloc, (unsigned long long)r.after_free,
                    (unsigned long long)r.after_reclaim, (unsigned long long)r.reclaim_ns,
-                   (unsigned long long)r.merges, (unsigned long long)r.alloc_ns);
+                   (unsigned long long)r.merges, (double)r.alloc_ns / (double)o.n);
             fail |= !r.ok && i < 2;
             continue;
         }
