@@ -232,6 +232,61 @@ Test(compact, both_addresses_show_one_object)
     free(b);
 }
 
+/* A survivor is merged in turn: its alias moves with it. */
+Test(compact, a_survivor_and_its_aliases_merge_again)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    size_t cap = FMEM_HEAP_SLAB_SIZE / 64;
+    void **o[3];
+    for (int k = 0; k < 3; k++) {
+        o[k] = calloc(cap, sizeof *o[k]);
+        for (size_t i = 0; i < cap; i++)
+            fill(o[k][i] = fmem_heap_malloc(h, 64), 64, k * 100000 + i);
+    }
+    for (int k = 0; k < 3; k++) /* slab k keeps the objects i % 3 == k */
+        for (size_t i = 0; i < cap; i++)
+            if (i % 3 != (size_t)k) {
+                cr_assert_eq(fmem_heap_free(h, o[k][i]), 0);
+                o[k][i] = NULL;
+            }
+    struct slab *s[3];
+    for (int k = 0; k < 3; k++)
+        s[k] = pagemap_get(&h->map, o[k][k]);
+    struct theap *th = theap_peek(h);
+    fmem_heap_stats_t st0, st1;
+    fmem_heap_stats(h, &st0);
+    cr_assert_eq(compact_merge_pair(th, s[0], s[1]), 0);
+    cr_assert_eq(compact_merge_pair(th, s[2], s[0]), 0, "a survivor with an alias merges");
+    cr_assert_eq(compact_merge_pair(th, s[2], s[1]), FMEM_EBUSY);
+    fmem_heap_stats(h, &st1);
+    cr_assert_eq(st0.remote_bytes - st1.remote_bytes, 2 * FMEM_HEAP_SLAB_SIZE);
+    char *base2 = s[2]->start;
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < cap; i++)
+            if (o[k][i]) {
+                cr_assert(same(o[k][i], 64, k * 100000 + i), "slab %d object %zu", k, i);
+                char *twin = base2 + ((char *)o[k][i] - (char *)((uintptr_t)o[k][i] & ~(uintptr_t)(FMEM_HEAP_SLAB_SIZE - 1)));
+                cr_assert(same(twin, 64, k * 100000 + i), "the survivor shows it");
+            }
+    for (int k = 0; k < 3; k++) /* free through every address */
+        for (size_t i = 0; i < cap; i++)
+            if (o[k][i] && i + 1 < cap)
+                cr_assert_eq(fmem_heap_free(h, o[k][i]), 0);
+    fmem_heap_collect(h);
+    fmem_heap_stats(h, &st1);
+    cr_assert_eq(st1.slabs, 1, "one chunk holds the last object");
+    for (int k = 0; k < 3; k++)
+        if (o[k][cap - 1])
+            cr_assert_eq(fmem_heap_free(h, o[k][cap - 1]), 0);
+    fmem_heap_collect(h);
+    fmem_heap_stats(h, &st1);
+    cr_assert_eq(st1.remote_bytes, 0);
+    fmem_heap_destroy(h);
+    for (int k = 0; k < 3; k++)
+        free(o[k]);
+}
+
 Test(compact, overlapping_slabs_are_not_merged)
 {
     fmem_heap *h;

@@ -322,9 +322,19 @@ static int merge(struct theap *th, struct cand *a, struct cand *b)
             memcpy(sa->start + off, sb->start + off, sa->obj_size);
         }
     hook(1);
-    int rc = alias_map(sa->span.src, sb->start);
-    if (rc)
+    /* b's own aliases (it may have been a survivor) first, then b */
+    int rc = 0;
+    struct slab *x, *last = sb;
+    for (x = sb->merged; x && rc == 0; x = x->merged)
+        if ((rc = alias_map(sa->span.src, x->start)) == 0)
+            last = x;
+    if (rc == 0)
+        rc = alias_map(sa->span.src, sb->start);
+    if (rc) { /* put back what moved: those ranges show b's chunk again */
+        for (x = sb->merged; x && x != last->merged; x = x->merged)
+            alias_map(sb->span.src, x->start);
         return rc;
+    }
     hook(2);
     for (size_t w = 0; w < words; w++)
         a->live[w] |= b->live[w];
@@ -335,7 +345,9 @@ static int merge(struct theap *th, struct cand *a, struct cand *b)
     slab_unlink(th, sb);
     sb->kind = SLAB_ALIAS;
     sb->into = sa;
-    sb->merged = sa->merged;
+    for (x = sb->merged; x; x = x->merged)
+        x->into = sa; /* before b forwards: freers retrying through them */
+    last->merged = sa->merged; /* a's chain: b, b's aliases, a's own */
     sa->merged = sb;
     sb->used = 0;
     sb->free = sb->local_free = NULL;
@@ -403,7 +415,7 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
     int64_t got = 0;
     for (size_t i = 0; i < k; i++) {
         struct cand *v = &c[i];
-        if (v->dead || v->s->merged) /* a survivor is never merged again */
+        if (v->dead)
             continue;
         uint64_t cost = (uint64_t)v->s->used * v->s->obj_size;
         if (cost > *left)
@@ -440,7 +452,7 @@ int compact_merge_pair(struct theap *th, struct slab *a, struct slab *b)
 {
     if (!th || !a || !b)
         return FMEM_EINVAL;
-    if (a == b || a->kind == SLAB_ALIAS || b->kind == SLAB_ALIAS || b->merged)
+    if (a == b || a->kind == SLAB_ALIAS || b->kind == SLAB_ALIAS)
         return FMEM_EBUSY;
     if (a->kind != SLAB_SMALL || b->kind != SLAB_SMALL || a->cls != b->cls ||
         !th->heap->compact || atomic_load(&a->owner) != th || atomic_load(&b->owner) != th ||

@@ -50,8 +50,9 @@ int compact_auto_due(struct theap *th);
 void compact_auto(struct theap *th);
 
 /* Merge b into a (both of th, which the caller has exclusive access to):
- * 0, or FMEM_EBUSY (b is an alias or has aliases of its own: a merged
- * slab is never merged again; a == b), FMEM_EINVAL (other class or heap,
+ * 0, or FMEM_EBUSY (a or b is an alias - a merged range is never merged
+ * again - or a == b; a survivor with aliases may be merged, its aliases
+ * move with it), FMEM_EINVAL (other class or heap,
  * or a large slab), FMEM_ERANGE (live offsets overlap), FMEM_EIO (the
  * remap failed; nothing changed). For tests; fmem_heap_compact picks
  * pairs itself. */
