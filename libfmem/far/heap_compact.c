@@ -35,8 +35,15 @@ struct heap_compact {
     _Atomic uint32_t interval;
     _Atomic uint64_t budget;
     _Atomic uint32_t since; /* slabs taken since the last automatic run */
-    char **free_slots;
-    size_t nfree, cap;
+    /* free slots that still map a chunk, by the chunk's pool address (open
+     * addressing; slot NULL: empty, TOMB: removed) */
+    struct free_slot {
+        char *slot;
+        char *src;
+    } *tab;
+    size_t tab_cap, tab_used, nmapped, rover;
+    char **bare; /* free slots that map nothing */
+    size_t nbare, bare_cap;
     char *cur; /* unused part of the last reservation */
     size_t left;
     struct reservation {
@@ -48,12 +55,78 @@ struct heap_compact {
 
 /* ---- slots ------------------------------------------------------------- */
 
-static char *slot_take(struct heap_compact *c)
+#define TOMB ((char *)1)
+
+static size_t tab_hash(const char *src, size_t cap)
+{
+    return (size_t)(((uintptr_t)src >> 16) * 0x9e3779b97f4a7c15ull >> 20) & (cap - 1);
+}
+
+static int tab_put(struct heap_compact *c, char *slot, char *src)
+{
+    if (2 * (c->tab_used + 1) > c->tab_cap) { /* grow (and drop tombstones) */
+        size_t cap = c->tab_cap ? 2 * c->tab_cap : 256;
+        while (4 * (c->nmapped + 1) > cap)
+            cap *= 2;
+        struct free_slot *t = calloc(cap, sizeof *t);
+        if (!t)
+            return -1;
+        for (size_t i = 0; i < c->tab_cap; i++)
+            if (c->tab[i].slot && c->tab[i].slot != TOMB) {
+                size_t j = tab_hash(c->tab[i].src, cap);
+                while (t[j].slot)
+                    j = (j + 1) & (cap - 1);
+                t[j] = c->tab[i];
+            }
+        free(c->tab);
+        c->tab = t;
+        c->tab_cap = cap;
+        c->tab_used = c->nmapped;
+    }
+    size_t j = tab_hash(src, c->tab_cap);
+    while (c->tab[j].slot && c->tab[j].slot != TOMB)
+        j = (j + 1) & (c->tab_cap - 1);
+    if (!c->tab[j].slot)
+        c->tab_used++;
+    c->tab[j] = (struct free_slot){slot, src};
+    c->nmapped++;
+    return 0;
+}
+
+static char *tab_take_at(struct heap_compact *c, size_t j)
+{
+    char *slot = c->tab[j].slot;
+    c->tab[j].slot = TOMB;
+    c->tab[j].src = NULL;
+    c->nmapped--;
+    return slot;
+}
+
+/* A free slot: the one that still maps the chunk at `src` if there is one
+ * (then *mapped = 1: nothing to map, and its pages are in the page tables
+ * already; a chunk freed is often handed out again soon, so a heap that
+ * empties and refills slabs costs no system call here), else one that maps
+ * nothing, else any. */
+static char *slot_take(struct heap_compact *c, const char *src, int *mapped)
 {
     char *s = NULL;
+    *mapped = 0;
     pthread_mutex_lock(&c->lock);
-    if (c->nfree) {
-        s = c->free_slots[--c->nfree];
+    if (c->nmapped) {
+        for (size_t j = tab_hash(src, c->tab_cap); c->tab[j].slot;
+             j = (j + 1) & (c->tab_cap - 1))
+            if (c->tab[j].slot != TOMB && c->tab[j].src == src) {
+                s = tab_take_at(c, j);
+                *mapped = 1;
+                goto out;
+            }
+    }
+    if (c->nbare) {
+        s = c->bare[--c->nbare];
+    } else if (c->nmapped) { /* it maps another chunk: mapped over below */
+        while (!c->tab[c->rover].slot || c->tab[c->rover].slot == TOMB)
+            c->rover = (c->rover + 1) & (c->tab_cap - 1);
+        s = tab_take_at(c, c->rover);
     } else {
         if (c->left == 0) {
             struct reservation *r = realloc(c->res, (c->nres + 1) * sizeof *r);
@@ -78,22 +151,31 @@ out:
     return s;
 }
 
-/* The slot no longer maps anything; it is reused for a later slab. */
-static void slot_give(struct heap_compact *c, char *slot)
+/* The slot is free for a later slab. It keeps mapping the chunk at `src`
+ * (its pool mapping) if not NULL: the pool's own mapping of a freed chunk
+ * stays too, so a dangling pointer meets the same thing either way. With
+ * src NULL the slot is made inaccessible. */
+static void slot_give(struct heap_compact *c, char *slot, char *src)
 {
+    pthread_mutex_lock(&c->lock);
+    if (src && tab_put(c, slot, src) == 0) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    pthread_mutex_unlock(&c->lock);
     mmap(slot, SLAB_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     pthread_mutex_lock(&c->lock);
-    if (c->nfree == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 64;
-        char **n = realloc(c->free_slots, cap * sizeof *n);
+    if (c->nbare == c->bare_cap) {
+        size_t cap = c->bare_cap ? 2 * c->bare_cap : 64;
+        char **n = realloc(c->bare, cap * sizeof *n);
         if (!n) { /* lose the slot (stays reserved, inaccessible) */
             pthread_mutex_unlock(&c->lock);
             return;
         }
-        c->free_slots = n;
-        c->cap = cap;
+        c->bare = n;
+        c->bare_cap = cap;
     }
-    c->free_slots[c->nfree++] = slot;
+    c->bare[c->nbare++] = slot;
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -113,13 +195,21 @@ int compact_slot_get(struct fmem_heap *h, struct span *out)
         return rc;
     if ((rc = fmem_map(h->pool, &out->h, (void **)&out->src)) != 0)
         goto fail;
-    if (!(out->ptr = slot_take(c))) {
+    int mapped;
+    if (!(out->ptr = slot_take(c, out->src, &mapped))) {
         rc = FMEM_ENOMEM;
         goto fail;
     }
-    if ((rc = alias_map(out->src, out->ptr)) != 0) {
-        slot_give(c, out->ptr);
-        goto fail;
+    if (!mapped) {
+        if ((rc = alias_map(out->src, out->ptr)) != 0) {
+            slot_give(c, out->ptr, NULL);
+            goto fail;
+        }
+#ifdef MADV_POPULATE_WRITE
+        /* the chunk's pages exist in the pool's file: map them in one call
+         * rather than a fault per page */
+        madvise(out->ptr, SLAB_SIZE, MADV_POPULATE_WRITE);
+#endif
     }
     out->len = SLAB_SIZE;
     heap_account(h, (int64_t)out->len);
@@ -134,7 +224,7 @@ fail:
 void compact_slot_put(struct fmem_heap *h, struct span *sp)
 {
     heap_account(h, -(int64_t)sp->len);
-    slot_give(h->compact, sp->ptr);
+    slot_give(h->compact, sp->ptr, sp->src);
     fmem_free(h->pool, &sp->h);
 }
 
@@ -144,7 +234,7 @@ void compact_drop_aliases(struct fmem_heap *h, struct slab *s)
         struct slab *a = s->merged;
         s->merged = a->merged;
         pagemap_set(&h->map, a->start, SLAB_SIZE, NULL);
-        slot_give(h->compact, a->start);
+        slot_give(h->compact, a->start, NULL);
         a->merged = a->into = NULL;
         a->kind = SLAB_SMALL;
         atomic_store(&a->thread_free, NULL);
@@ -196,7 +286,8 @@ void compact_destroy(struct fmem_heap *h)
     for (size_t i = 0; i < c->nres; i++)
         munmap(c->res[i].p, c->res[i].len);
     free(c->res);
-    free(c->free_slots);
+    free(c->tab);
+    free(c->bare);
     pthread_mutex_destroy(&c->lock);
     free(c);
     h->compact = NULL;
@@ -524,6 +615,14 @@ void compact_fork_child(struct fmem_heap *h)
 {
     if (!h->compact)
         return;
+    /* free slots that map a chunk: it is the parent's; make them private
+     * copies and forget the chunk (they get mapped over when reused) */
+    struct heap_compact *c = h->compact;
+    for (size_t i = 0; i < c->tab_cap; i++)
+        if (c->tab[i].slot && c->tab[i].slot != TOMB) {
+            privatize(c->tab[i].slot);
+            c->tab[i].src = TOMB; /* matches no chunk */
+        }
     for (struct theap *th = h->theaps; th; th = th->next) {
         for (unsigned c = 0; c < NCLASSES; c++) {
             privatize_list(th->avail[c]);
