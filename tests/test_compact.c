@@ -585,6 +585,13 @@ Test(compact, fork_child_writes_do_not_reach_the_parent)
     void **a = calloc(cap, sizeof *a), **b = calloc(cap, sizeof *b);
     two_slabs(h, a, b, cap);
     cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    /* free slots that still map their chunks (slabs emptied and given back) */
+    enum { NK = 640 };
+    static void *k[NK];
+    for (int i = 0; i < NK; i++)
+        cr_assert_not_null(k[i] = fmem_heap_malloc(h, 1024));
+    for (int i = 0; i < NK; i++)
+        cr_assert_eq(fmem_heap_free(h, k[i]), 0);
     pid_t pid = fork();
     cr_assert_neq(pid, -1);
     if (pid == 0) {
@@ -600,11 +607,20 @@ Test(compact, fork_child_writes_do_not_reach_the_parent)
         void *n[100];
         for (int i = 0; i < 100; i++) /* new slabs in the child work too */
             memset(n[i] = fmem_heap_malloc(h, 64), 0xDD, 64);
+        for (int i = 0; i < NK; i++) /* on the free slots too */
+            memset(k[i] = fmem_heap_malloc(h, 1024), 0xDD, 1024);
         _exit(bad ? 1 : 0);
     }
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    for (int i = 0; i < NK; i++) { /* the parent's slabs of that class again */
+        unsigned char *q = k[i] = fmem_heap_malloc(h, 1024);
+        cr_assert_not_null(q);
+        memset(q, i & 0xff, 1024);
+    }
+    for (int i = 0; i < NK; i++)
+        cr_assert_eq(((unsigned char *)k[i])[1023], i & 0xff);
     for (size_t i = 0; i < cap; i++) {
         if (a[i])
             cr_assert(same(a[i], 64, i), "the child's write reached the parent");
