@@ -11,6 +11,9 @@
  *
  *   fmem-mallocbench [--threads N] [--workloads a,b] [--allocators
  *     glibc,mimalloc,fmem] [--scale X] [--repeat N] [--pool URI]
+ * fmem-compact and fmem-random (named explicitly, with a shm: --pool) run
+ * the fmem column on compactable heaps, with sequential and random
+ * placement inside slabs (fmem_heap_new_compactable).
  *     [--rtt-ns N] [--json]                                               */
 #include <dlfcn.h>
 #include <getopt.h>
@@ -46,6 +49,20 @@ static int listed(const char *list, const char *name)
         if (len == n && strncmp(s, name, n) == 0)
             return 1;
         if (len && strncmp(s, name, len) == 0 && name[len] == '-') /* "larson" */
+            return 1;
+        s = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Compactable heaps only when named exactly (not by the "fmem" prefix). */
+static int listed_exact(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *s = list; s && *s;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == n && strncmp(s, name, n) == 0)
             return 1;
         s = e ? e + 1 : NULL;
     }
@@ -124,10 +141,15 @@ static int measure(const struct opts *o, fmem_pool *pool, const char *alloc,
         if (strcmp(alloc, "mimalloc") == 0) {
             a.malloc = mi_malloc_ad;
             a.free = mi_free_ad;
-        } else if (strcmp(alloc, "fmem") == 0) {
-            int rc = fmem_heap_new(pool, &heap);
+        } else if (strncmp(alloc, "fmem", 4) == 0) {
+            /* fmem-compact / fmem-random: compactable heaps (shm pools),
+             * sequential or random placement */
+            fmem_compact_policy pol = {.flags = strcmp(alloc, "fmem-random") ? 0
+                                                                            : FMEM_COMPACT_RANDOM};
+            int rc = strcmp(alloc, "fmem") ? fmem_heap_new_compactable(pool, &pol, &heap)
+                                           : fmem_heap_new(pool, &heap);
             if (rc) {
-                fprintf(stderr, "fmem_heap_new: %s\n", fmem_strerror(rc));
+                fprintf(stderr, "%s heap: %s\n", alloc, fmem_strerror(rc));
                 return rc;
             }
             a.malloc = fmem_malloc_ad;
@@ -222,7 +244,7 @@ int main(int argc, char **argv)
     struct opts o;
     if (parse(argc, argv, &o)) {
         fprintf(stderr, "usage: %s [--threads N] [--workloads threadtest,shbench,larson] "
-                        "[--allocators glibc,mimalloc,fmem] [--scale X] [--repeat N] "
+                        "[--allocators glibc,mimalloc,fmem,fmem-compact,fmem-random] [--scale X] [--repeat N] "
                         "[--pool URI] [--rtt-ns N] [--json]\n",
                 argv[0]);
         return 2;
@@ -231,21 +253,24 @@ int main(int argc, char **argv)
     char uri[64];
     snprintf(uri, sizeof uri, "mem:?size=1G&rtt_ns=%u", o.rtt_ns);
     fmem_pool *pool = NULL;
-    if (listed(o.allocators, "fmem")) {
+    if (listed(o.allocators, "fmem") || listed_exact(o.allocators, "fmem-compact") ||
+        listed_exact(o.allocators, "fmem-random")) {
         int rc = fmem_open(o.pool ? o.pool : uri, &pool);
         if (rc) {
             fprintf(stderr, "pool: %s\n", fmem_strerror(rc));
             return 1;
         }
     }
-    const char *allocs[] = {"glibc", "mimalloc", "fmem"};
+    const char *allocs[] = {"glibc", "mimalloc", "fmem", "fmem-compact", "fmem-random"};
     for (unsigned i = 0; i < mb_nworkloads; i++) {
         const struct mb_workload *w = &mb_workloads[i];
         if (o.workloads && !listed(o.workloads, w->name))
             continue;
         struct result glibc = {0};
-        for (unsigned k = 0; k < 3; k++) {
-            if (!listed(o.allocators, allocs[k]) || (k == 1 && !have_mi) || (k == 2 && !pool))
+        for (unsigned k = 0; k < 5; k++) {
+            if (k < 3 ? !listed(o.allocators, allocs[k]) : !listed_exact(o.allocators, allocs[k]))
+                continue;
+            if ((k == 1 && !have_mi) || (k >= 2 && !pool))
                 continue;
             struct result r;
             if (measure(&o, pool, allocs[k], w, &r))

@@ -124,6 +124,8 @@ void lfmem_push_backing_stats(lua_State *L, lfmem_backing *b);
 
 /* fmem.newstate(pool_or_region) */
 int lfmem_state_lnew(lua_State *L);
+/* fmem.compact(state [, budget]) */
+int lfmem_state_lcompact(lua_State *L);
 void lfmem_state_open_class(lua_State *L);
 
 #define LFMEM_COPY_DEPTH 64

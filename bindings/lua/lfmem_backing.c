@@ -19,7 +19,10 @@ static int bind(lfmem_backing *b)
 int lfmem_backing_on_pool(lfmem_backing *b, lfmem_pool *p)
 {
     memset(b, 0, sizeof *b);
-    int rc = fmem_heap_new(p->pool, &b->heap);
+    /* compactable where the pool maps a chunk twice (shm:, file:) */
+    int rc = fmem_heap_new_compactable(p->pool, NULL, &b->heap);
+    if (rc == FMEM_ENOTSUP)
+        rc = fmem_heap_new(p->pool, &b->heap);
     if (rc == 0 && (rc = bind(b)) == 0) {
         b->pool = p;
         lfmem_pool_ref(p);
@@ -133,6 +136,8 @@ void lfmem_push_backing_stats(lua_State *L, lfmem_backing *b)
     lfmem_setint(L, "slab_frees", hs.slab_frees);
     lfmem_setint(L, "double_frees", hs.double_frees);
     lfmem_setint(L, "bad_frees", hs.bad_frees);
+    lfmem_setint(L, "merges", hs.merges);
+    lfmem_setint(L, "reclaimed_bytes", hs.compact_bytes);
     lua_setfield(L, -2, "heap");
 
     lua_createtable(L, 0, 6);

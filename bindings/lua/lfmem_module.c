@@ -4,6 +4,7 @@
  *   fmem.connect([uri])         a pool served by fmemd (unix:/PATH, fmem://)
  *   fmem.region(size [, opts])  a far-memory region (opts.pool, opts.cache)
  *   fmem.newstate(pool|region)  a Lua state whose heap lives there
+ *   fmem.compact(state [, budget])  merge sparse slabs of its heap
  *   fmem.host()                 under fmem-lua: the main state's heap
  *   fmem.strerror(code), fmem.size_round(n), constants,
  *   fmem._VERSION ("fmem 0.1") and fmem.version ("0.1")
@@ -125,6 +126,7 @@ LFMEM_EXPORT int luaopen_fmem(lua_State *L)
     static const luaL_Reg fns[] = {
         {"open", m_open},         {"connect", m_connect},   {"region", m_region},
         {"newstate", lfmem_state_lnew},                     {"host", m_host},
+        {"compact", lfmem_state_lcompact},
         {"strerror", m_strerror}, {"size_round", m_size_round},
         {NULL, NULL},
     };

@@ -259,6 +259,23 @@ static int state_collect(lua_State *L)
     return 0;
 }
 
+/* fmem.compact(state [, budget]) or st:compact([budget]) -> pool bytes
+ * given back: merges sparse slabs of the state's heap (fmem_heap_compact;
+ * the state is not running, so nothing writes into its objects meanwhile).
+ * A heap in a region, or on a private mem: pool, cannot be compacted. */
+int lfmem_state_lcompact(lua_State *L)
+{
+    lfmem_state *s = check_open(L, "compact");
+    lua_Integer budget = luaL_optinteger(L, 2, 0);
+    if (budget < 0)
+        return lfmem_error(L, "compact", "budget must be >= 0");
+    int64_t got = fmem_heap_compact(s->back.heap, (size_t)budget);
+    if (got < 0)
+        return lfmem_fail(L, "compact", (int)got);
+    lua_pushinteger(L, (lua_Integer)got);
+    return 1;
+}
+
 static int state_stats(lua_State *L)
 {
     lfmem_state *s = check_open(L, "stats");
@@ -286,6 +303,7 @@ void lfmem_state_open_class(lua_State *L)
         {"dostring", state_dostring}, {"call", state_call},       {"close", state_close},
         {"closed", state_closed},     {"memory", state_memory},   {"collect", state_collect},
         {"stats", state_stats},       {"__close", state_close},   {"__gc", state_gc},
+        {"compact", lfmem_state_lcompact},
         {"__tostring", state_tostring},
         {NULL, NULL},
     };

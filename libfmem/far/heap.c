@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "fork.h"
+#include "heap_compact.h"
 #include "heap_internal.h"
 
 static _Atomic uint64_t next_heap_id = 1;
@@ -79,6 +80,19 @@ int fmem_heap_new_region(fmem_region *r, fmem_heap **out)
     return rc;
 }
 
+int fmem_heap_new_compactable(fmem_pool *pool, const fmem_compact_policy *policy,
+                              fmem_heap **out)
+{
+    int rc = fmem_heap_new(pool, out);
+    if (rc)
+        return rc;
+    if ((rc = compact_init(*out, policy)) != 0) {
+        fmem_heap_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 void fmem_heap_destroy(fmem_heap *h)
 {
     if (!h)
@@ -96,6 +110,7 @@ void fmem_heap_destroy(fmem_heap *h)
         free(h->desc_blocks[i]);
     free(h->desc_blocks);
     pagemap_destroy(&h->map);
+    compact_destroy(h);
     backend_destroy(h);
     pthread_mutex_destroy(&h->lock);
     free(h);
@@ -141,9 +156,12 @@ static int heap_free(fmem_heap *h, void *p)
         return 0;
     if (unlikely(!h))
         return FMEM_EINVAL;
+again:;
     struct slab *s = pagemap_get(&h->map, p);
     if (unlikely(!s))
         goto bad;
+    if (unlikely(s->kind == SLAB_ALIAS)) /* a merged slab's range */
+        s = compact_resolve(s, &p);
     if (unlikely(s->kind != SLAB_SMALL))
         return large_free(h, s, p);
     uint32_t off = (uint32_t)((char *)p - s->start);
@@ -170,12 +188,16 @@ static int heap_free(fmem_heap *h, void *p)
             slab_unfull(th, s);
         return 0;
     }
+    void *word1 = o[1];
     o[1] = (void *)key;
+    if (slab_remote_free(s, o)) {
+        o[1] = word1; /* the retry must not see its own key as a double free */
+        goto again;
+    }
     if (th)
         counter_bump(&th->frees);
     else
         atomic_fetch_add(&h->st.stray_frees, 1);
-    slab_remote_free(s, o);
     return 0;
 bad:
     atomic_fetch_add(&h->st.bad_frees, 1);
@@ -188,6 +210,8 @@ static size_t usable(struct fmem_heap *h, const void *p, int *zeroed)
     struct slab *s = pagemap_get(&h->map, p);
     if (!s)
         return 0;
+    if (s->kind == SLAB_ALIAS)
+        s = compact_resolve(s, (void **)&p);
     if (s->kind == SLAB_LARGE) {
         if (s->user != p)
             return 0;
@@ -319,6 +343,8 @@ static int heap_stats(fmem_heap *h, fmem_heap_stats_t *out)
     out->slab_frees = atomic_load(&c->slab_frees);
     out->double_frees = atomic_load(&c->double_frees);
     out->bad_frees = atomic_load(&c->bad_frees);
+    out->merges = atomic_load(&c->merges);
+    out->compact_bytes = atomic_load(&c->compact_bytes);
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap_compact.h"
 #include "heap_internal.h"
 
 #define BLOCK HEAP_PAGE
@@ -190,6 +191,8 @@ int backend_resize_pages(struct fmem_heap *h, struct span *sp, size_t size)
 
 int backend_get(struct fmem_heap *h, size_t len, struct span *out)
 {
+    if (h->compact && len == SLAB_SIZE) /* a slab at an address of its own */
+        return compact_slot_get(h, out);
     memset(out, 0, sizeof *out);
     if (h->kind == HEAP_POOL) {
         int rc;
@@ -212,6 +215,10 @@ int backend_get(struct fmem_heap *h, size_t len, struct span *out)
 
 void backend_put(struct fmem_heap *h, struct span *sp)
 {
+    if (sp->src) {
+        compact_slot_put(h, sp);
+        return;
+    }
     heap_account(h, -(int64_t)sp->len);
     if (h->kind == HEAP_POOL) {
         fmem_free(h->pool, &sp->h);

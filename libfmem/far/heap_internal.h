@@ -60,6 +60,8 @@ struct span {
     fmem_handle h;  /* pool backend */
     struct lobj *lo; /* pool backend, large objects: their blocks (lobj.h) */
     size_t first;   /* region backend: first 64 KiB block */
+    char *src;      /* compactable heaps: the chunk in the pool's mapping
+                     * (ptr is the slab's own address, mapped onto it) */
     int zeroed;     /* known to read as zeros */
 };
 
@@ -69,7 +71,9 @@ enum heap_kind { HEAP_POOL, HEAP_REGION };
 /* Large objects (above SMALL_MAX, or aligned above a page): on a pool, a
  * few blocks mapped side by side (lobj.h: the size rounded to 4 KiB plus
  * less than 1/32); in a region, a run of 4 KiB pages. */
-enum slab_kind { SLAB_SMALL, SLAB_LARGE };
+/* SLAB_ALIAS: the address range of a slab merged into another by
+ * compaction (heap_compact.h); its descriptor forwards to the survivor. */
+enum slab_kind { SLAB_SMALL, SLAB_LARGE, SLAB_ALIAS };
 enum slab_list { LIST_NONE, LIST_AVAIL, LIST_FULL };
 enum full_state { NOT_FULL, FULL, NOTIFIED };
 
@@ -81,6 +85,7 @@ struct slab {
     uint32_t obj_size, capacity, used, bump;
     uint32_t recip; /* floor(2^32 / obj_size) + 1: exact division by it */
     uint8_t cls, kind, list;
+    uint8_t random; /* place objects at random (compactable heaps) */
     void *free;       /* allocate from here */
     void *local_free; /* the owner's frees */
     struct slab *next, *prev;
@@ -92,7 +97,14 @@ struct slab {
     struct span span;
     /* large objects */
     char *user;
+    /* compaction: a survivor's merged ranges (alias descriptors, chained
+     * through `merged`), and an alias's survivor */
+    struct slab *merged, *into;
 };
+
+/* thread_free values other than a free list (heap_compact.h) */
+#define TF_LOCKED ((void *)1)  /* the slab is being merged: wait */
+#define TF_FORWARD ((void *)2) /* an alias now: look the pointer up again */
 
 /* ---- thread heaps ------------------------------------------------------- */
 struct theap {
@@ -169,8 +181,10 @@ struct fmem_heap {
     size_t nblocks, rover;
     struct heap_counters {
         _Atomic uint64_t remote_bytes, remote_peak, slabs, large, slab_allocs, slab_frees,
-            double_frees, bad_frees, stray_frees, large_mallocs, large_frees;
+            double_frees, bad_frees, stray_frees, large_mallocs, large_frees, merges,
+            compact_bytes;
     } st;
+    struct heap_compact *compact; /* compactable heaps only (heap_compact.h) */
     struct fmem_heap *next_live;
 };
 
@@ -213,7 +227,9 @@ void desc_free(struct fmem_heap *h, struct slab *s);
 void *small_malloc_slow(struct theap *th, unsigned cls);
 void slab_emptied(struct theap *th, struct slab *s);
 void slab_unfull(struct theap *th, struct slab *s);
-void slab_remote_free(struct slab *s, void **o);
+void slab_unlink(struct theap *th, struct slab *s); /* off its list */
+/* 1: the slab was merged meanwhile, free the pointer again from the top */
+int slab_remote_free(struct slab *s, void **o);
 /* Collect every slab of th and give empty ones back (exclusive access). */
 void theap_collect(struct theap *th, int keep_current);
 void theap_free_all(struct theap *th);

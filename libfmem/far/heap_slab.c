@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sched.h>
+
+#include "heap_compact.h"
 #include "heap_internal.h"
 
 #define DESC_BLOCK 128
@@ -95,6 +98,12 @@ static struct slab **list_of(struct theap *th, struct slab *s)
     return s->list == LIST_FULL ? &th->full[s->cls] : &th->avail[s->cls];
 }
 
+void slab_unlink(struct theap *th, struct slab *s)
+{
+    list_remove(list_of(th, s), s);
+    s->list = LIST_NONE;
+}
+
 /* ---- slab lifetime ------------------------------------------------------- */
 
 static void slab_init(struct slab *s, struct theap *th, unsigned cls)
@@ -109,6 +118,8 @@ static void slab_init(struct slab *s, struct theap *th, unsigned cls)
     s->kind = SLAB_SMALL;
     s->free = s->local_free = NULL;
     s->user = NULL;
+    s->merged = s->into = NULL;
+    s->random = (uint8_t)compact_random_placement(th->heap);
     atomic_store_explicit(&s->thread_free, NULL, memory_order_relaxed);
     atomic_store_explicit(&s->full_state, NOT_FULL, memory_order_relaxed);
     atomic_store_explicit(&s->owner, th, memory_order_relaxed);
@@ -145,6 +156,8 @@ static struct slab *slab_new(struct theap *th, unsigned cls)
 
 static void slab_to_pool(struct fmem_heap *h, struct slab *s)
 {
+    if (s->merged)
+        compact_drop_aliases(h, s);
     pagemap_set(&h->map, s->start, SLAB_SIZE, NULL);
     atomic_store_explicit(&s->owner, NULL, memory_order_relaxed);
     backend_put(h, &s->span);
@@ -159,7 +172,7 @@ static void slab_release(struct theap *th, struct slab *s, int to_pool)
 {
     list_remove(list_of(th, s), s);
     s->list = LIST_NONE;
-    if (!to_pool && th->nspare < SPARE_MAX) {
+    if (!to_pool && th->nspare < SPARE_MAX && !s->merged) {
         s->capacity = 0; /* frees into a spare are refused */
         s->next = th->spare;
         th->spare = s;
@@ -204,6 +217,10 @@ static uint32_t slab_collect(struct slab *s)
 /* Link up to a page worth of never-used objects into the free list. */
 static void slab_extend(struct slab *s)
 {
+    if (s->random) {
+        compact_extend_random(s);
+        return;
+    }
     uint32_t n = (uint32_t)(HEAP_PAGE / s->obj_size);
     if (n == 0)
         n = 1;
@@ -299,12 +316,19 @@ static void collect_orphan(struct theap *ow, struct slab *s)
     pthread_mutex_unlock(&ow->lock);
 }
 
-void slab_remote_free(struct slab *s, void **o)
+int slab_remote_free(struct slab *s, void **o)
 {
     void *head = atomic_load_explicit(&s->thread_free, memory_order_relaxed);
-    do
+    do {
+        if (unlikely(head == TF_LOCKED || head == TF_FORWARD)) {
+            /* being merged (or merged): the object may have moved to the
+             * survivor's chunk meanwhile, so free it again from the top */
+            while (atomic_load(&s->thread_free) == TF_LOCKED)
+                sched_yield();
+            return 1;
+        }
         o[0] = head;
-    while (!atomic_compare_exchange_weak(&s->thread_free, &head, (void *)o));
+    } while (!atomic_compare_exchange_weak(&s->thread_free, &head, (void *)o));
     /* seq_cst push, then loads: pairs with park_full and theap_abandon */
     struct theap *ow = atomic_load_explicit(&s->owner, memory_order_relaxed);
     if (atomic_load(&s->full_state) == FULL) {
@@ -321,6 +345,7 @@ void slab_remote_free(struct slab *s, void **o)
     }
     if (ow && !atomic_load(&ow->owned))
         collect_orphan(ow, s);
+    return 0;
 }
 
 void *small_malloc_slow(struct theap *th, unsigned cls)
@@ -341,6 +366,11 @@ void *small_malloc_slow(struct theap *th, unsigned cls)
         }
         if (round == 0)
             drain_delayed(th);
+    }
+    if (unlikely(th->heap->compact) && compact_auto_due(th)) {
+        compact_auto(th); /* may leave room in this class's slabs */
+        if (th->avail[cls])
+            return small_malloc_slow(th, cls);
     }
     if (!slab_new(th, cls))
         return NULL;

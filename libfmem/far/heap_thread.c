@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "fork.h"
+#include "heap_compact.h"
 #include "heap_internal.h"
 
 __thread struct heap_tls heap_tls __attribute__((tls_model("initial-exec")));
@@ -91,6 +92,8 @@ static void heaps_fork_child(struct fork_watch *w)
     (void)w;
     for (struct fmem_heap *h = g_live; h; h = h->next_live)
         large_fork_child(h);
+    for (struct fmem_heap *h = g_live; h; h = h->next_live)
+        compact_fork_child(h);
     for (struct fmem_heap *h = g_live; h; h = h->next_live)
         for (struct theap *th = h->theaps; th; th = th->next) {
             /* a thread that bounced off the closed gate may have left its

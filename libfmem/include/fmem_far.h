@@ -187,7 +187,9 @@ typedef struct fmem_heap_stats_t {
     uint64_t slab_frees;     /* slabs given back */
     uint64_t double_frees;   /* frees refused as double frees */
     uint64_t bad_frees;      /* frees refused: pointer not from this heap */
-    uint64_t reserved[8];
+    uint64_t merges;         /* slabs merged into another by compaction */
+    uint64_t compact_bytes;  /* pool bytes compaction gave back (total) */
+    uint64_t reserved[6];
 } fmem_heap_stats_t;
 
 /* A heap on directly mapped pool allocations (FMEM_ENOTSUP when the
@@ -222,6 +224,46 @@ FMEM_API size_t fmem_heap_usable_size(fmem_heap *h, const void *ptr);
  * and collect frees other threads made into them. */
 FMEM_API void fmem_heap_collect(fmem_heap *h);
 FMEM_API int fmem_heap_stats(fmem_heap *h, fmem_heap_stats_t *out);
+
+/* ---- compaction (docs/far-memory.md, "compaction") ----------------------
+ * A compactable heap places each slab at an address of its own, mapped onto
+ * the slab's pool chunk. Compaction merges two sparsely used slabs of one
+ * size class whose live objects sit at different offsets: the objects of
+ * one are copied to the same offsets in the other's chunk, its address
+ * range is mapped onto that chunk too, and its own chunk goes back to the
+ * pool. Pointers stay valid: both addresses show the same objects, and
+ * frees through either land in the merged slab. */
+#define FMEM_COMPACT_AUTO 1u   /* compact automatically (see interval) */
+#define FMEM_COMPACT_RANDOM 2u /* place objects at random inside a slab */
+typedef struct fmem_compact_policy {
+    uint32_t flags;    /* FMEM_COMPACT_* */
+    uint32_t interval; /* AUTO: a thread compacts its slabs after taking
+                        * this many new slabs (0: 64) */
+    uint64_t budget;   /* AUTO: bytes one automatic compaction may copy
+                        * (0: no limit) */
+    uint64_t reserved[2];
+} fmem_compact_policy;
+/* A compactable heap on directly mapped pool allocations: the pool must
+ * be shared memory (shm:, file:), whose chunks can be mapped at a second
+ * address; FMEM_ENOTSUP on a private (mem:) pool or a transport that
+ * cannot map. policy NULL: no automatic compaction, sequential placement. */
+FMEM_API int fmem_heap_new_compactable(fmem_pool *pool, const fmem_compact_policy *policy,
+                                       fmem_heap **out);
+/* Change the automatic compaction policy (FMEM_COMPACT_AUTO off turns it
+ * off). FMEM_COMPACT_RANDOM applies to slabs created from then on.
+ * FMEM_EINVAL: NULL argument or unknown flag; FMEM_ENOTSUP: the heap is
+ * not compactable. */
+FMEM_API int fmem_heap_set_compact_policy(fmem_heap *h, const fmem_compact_policy *policy);
+/* Merge compatible slabs of the calling thread and of exited threads,
+ * copying at most `budget` bytes of objects (0: no limit). Returns the pool
+ * bytes given back (>= 0), or FMEM_EINVAL (h NULL), FMEM_ENOTSUP (the heap
+ * is not compactable: fmem_heap_new or a region heap). Other threads may
+ * allocate and free meanwhile (frees into the slabs being merged wait for
+ * the merge); a write into an object of a slab being merged by another
+ * thread while compaction runs may be lost, so runtimes compact where they
+ * are stopped (a GC pause). Slabs of other live threads are left alone:
+ * each thread compacts its own. */
+FMEM_API int64_t fmem_heap_compact(fmem_heap *h, size_t budget);
 
 #ifdef __cplusplus
 }

@@ -22,8 +22,8 @@ from ._fmem import (  # noqa: F401
     AccessError, BadHandleError, Buffer, BufferInUseError, BusyError, Client,
     ClosedError, CorruptPoolError, DoubleFreeError, Error, InvalidArgumentError,
     NotSupportedError, OutOfMemoryError, Pool, QuotaError, RangeError, Region, SizeError,
-    StaleHandleError, TransportError, URIError, arena_allocator_stats, connect, default_pool,
-    install_arena_allocator, numpy_arrays, open, size_round, strerror, unlink,
+    StaleHandleError, TransportError, URIError, arena_allocator_stats, compact, connect,
+    default_pool, install_arena_allocator, numpy_arrays, open, size_round, strerror, unlink,
 )
 
 __version__ = LIBRARY_VERSION
@@ -35,7 +35,7 @@ __all__ = [
     "InvalidArgumentError", "NotSupportedError", "OutOfMemoryError", "Pool", "QuotaError",
     "RangeError",
     "Region", "SizeError", "StaleHandleError", "TransportError", "URIError",
-    "arena_allocator_stats", "connect",
+    "arena_allocator_stats", "compact", "connect",
     "default_pool", "install_arena_allocator", "numpy_arrays", "open", "size_round",
     "strerror", "unlink",
 ]

@@ -112,6 +112,8 @@ class _HeapStats(TypedDict):
     heap_remote_peak: int
     heap_double_frees: int
     heap_bad_frees: int
+    heap_merges: int
+    heap_reclaimed_bytes: int
 
 class _Handle(TypedDict):
     node: int
@@ -217,6 +219,7 @@ class numpy_arrays:
 
 def install_arena_allocator(target: Pool | Region | None = None) -> Pool | Region: ...
 def arena_allocator_stats() -> _HeapStats | None: ...
+def compact(target: Pool | Region | None = None, budget: int = 0) -> int: ...
 
 # ---- functions -------------------------------------------------------------------------
 

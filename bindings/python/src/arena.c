@@ -19,6 +19,11 @@ const char fp_install_arena_doc[] =
     "(BusyError after that). Returns the target, which stays open for the\n"
     "rest of the process.";
 
+FpBinding *fp_arena_binding(void)
+{
+    return arena_binding;
+}
+
 PyObject *fp_install_arena(PyObject *module, PyObject *args, PyObject *kw)
 {
     (void)module;

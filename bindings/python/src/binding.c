@@ -13,7 +13,12 @@ static int owner_hold(PyObject *owner, fmem_heap **heap)
         fmem_pool *c = fp_pool_hold(p);
         if (!c)
             return -1;
-        if ((rc = fmem_heap_new(c, heap)) != 0) {
+        /* compactable where the pool's chunks can be mapped twice (shm:,
+         * file:), so fmem.compact() can merge its slabs */
+        rc = fmem_heap_new_compactable(c, NULL, heap);
+        if (rc == FMEM_ENOTSUP)
+            rc = fmem_heap_new(c, heap);
+        if (rc != 0) {
             fp_pool_unhold(p);
             fp_raise(rc, "heap on the pool");
             return -1;

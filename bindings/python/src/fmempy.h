@@ -114,6 +114,7 @@ void fp_region_maybe_release(FpRegion *r);
 /* The shared embedded pool (fmem.open()) for calls given no pool. New
  * reference, or NULL with an exception. */
 FpPool *fp_default_pool(void);
+FpPool *fp_default_pool_peek(void); /* borrowed; NULL if none is open */
 
 /* ---- pool.c, buffer.c ---------------------------------------------------- */
 
@@ -137,7 +138,11 @@ PyObject *fp_region_stats_dict(const fmem_region_stats_t *s);
 int fp_region_paths_put(PyObject *d, const fmem_region_path_t *p, int n);
 PyObject *fp_heap_stats_dict(const fmem_hooks_stats_t *hs, const fmem_heap_stats_t *s);
 
-/* ---- arena.c, numpy_handler.c -------------------------------------------- */
+/* ---- arena.c, numpy_handler.c, compact.c --------------------------------- */
+
+FpBinding *fp_arena_binding(void); /* borrowed; NULL before installation */
+extern const char fp_compact_doc[];
+PyObject *fp_compact(PyObject *module, PyObject *args, PyObject *kw);
 
 PyObject *fp_install_arena(PyObject *module, PyObject *args, PyObject *kw);
 PyObject *fp_arena_stats(PyObject *module, PyObject *unused);

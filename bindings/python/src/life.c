@@ -80,6 +80,11 @@ void fp_region_maybe_release(FpRegion *r)
     fp_pool_unhold(r->pool);
 }
 
+FpPool *fp_default_pool_peek(void)
+{
+    return default_pool && !default_pool->life.closed ? default_pool : NULL;
+}
+
 FpPool *fp_default_pool(void)
 {
     if (!default_pool || default_pool->life.closed) {

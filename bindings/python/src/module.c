@@ -96,6 +96,8 @@ static PyMethodDef module_methods[] = {
     {"install_arena_allocator", (PyCFunction)(void (*)(void))fp_install_arena,
      METH_VARARGS | METH_KEYWORDS, fp_install_arena_doc},
     {"arena_allocator_stats", fp_arena_stats, METH_NOARGS, fp_arena_stats_doc},
+    {"compact", (PyCFunction)(void (*)(void))fp_compact, METH_VARARGS | METH_KEYWORDS,
+     fp_compact_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -91,7 +91,8 @@ PyObject *fp_heap_stats_dict(const fmem_hooks_stats_t *hs, const fmem_heap_stats
               put(d, "heap_remote_bytes", s->remote_bytes) ||
               put(d, "heap_remote_peak", s->remote_peak) ||
               put(d, "heap_double_frees", s->double_frees) ||
-              put(d, "heap_bad_frees", s->bad_frees)))
+              put(d, "heap_bad_frees", s->bad_frees) || put(d, "heap_merges", s->merges) ||
+              put(d, "heap_reclaimed_bytes", s->compact_bytes)))
         Py_CLEAR(d);
     return d;
 }

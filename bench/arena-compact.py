@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""CPython fragmenting workload on the arena hook, with and without
+fmem.compact(): far-memory bytes held at the end.
+
+Each configuration is a fresh interpreter with install_arena_allocator() on
+a shm pool (compactable heap). The workload builds large dicts of small
+objects, keeps every k-th value and drops the dicts, --rounds times. At the
+end "off" reads the pool's allocated bytes; "on" calls fmem.compact() first
+(and reports what it gave back and how long it took). The arena hook holds
+pymalloc's arenas (1 MiB, or 256 KiB before Python 3.10), each one a large
+heap object, not slab objects: what compaction can merge there is shown
+here as measured.
+
+    bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5] [--json FILE]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+CHILD = r"""
+import gc, json, os, sys, time
+import fmem
+n, rounds, keep, do_compact = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "on"
+uri = "shm:/fmem-arena-compact-%d" % os.getpid()
+pool = fmem.open(uri + "?size=2G")
+fmem.unlink(uri)
+fmem.install_arena_allocator(pool)
+kept = []
+for r in range(rounds):
+    d = {("k%d-%d" % (r, i)): (i, str(i), [i]) for i in range(n)}
+    kept.extend(v for j, v in enumerate(d.values()) if j % keep == 0)
+    del d
+    gc.collect()
+before = pool.stats()["allocated_bytes"]
+got, ms = 0, 0.0
+if do_compact:
+    t = time.perf_counter()
+    got = fmem.compact()
+    ms = (time.perf_counter() - t) * 1e3
+after = pool.stats()["allocated_bytes"]
+s = fmem.arena_allocator_stats()
+print(json.dumps({"before": before, "after": after, "got": got, "ms": ms,
+                  "merges": s["heap_merges"], "kept": len(kept),
+                  "large": s["heap_large"], "slabs": s["heap_slabs"]}))
+"""
+
+
+def run(args, mode):
+    out = subprocess.run([sys.executable, "-c", CHILD, str(args.objects), str(args.rounds),
+                          str(args.keep), mode], capture_output=True, text=True, check=True,
+                         env=os.environ)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--objects", type=int, default=200_000, help="entries per dict")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--keep", type=int, default=8, help="keep every k-th value")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
+    args = ap.parse_args()
+    off, on = run(args, "off"), run(args, "on")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"bench": "arena-compact", "objects": args.objects, "rounds": args.rounds,
+                       "keep": args.keep, "python": sys.version.split()[0], "off": off,
+                       "on": on}, f)
+    print(f"arena-compact: {args.rounds} dicts of {args.objects} entries, every "
+          f"{args.keep}th value kept ({on['kept']} objects), Python {sys.version.split()[0]}")
+    print(f"{'config':<8} {'pool MiB':>9} {'arenas':>7} {'slabs':>6} {'merges':>7} "
+          f"{'compact ms':>11}")
+    for name, r in (("off", off), ("on", on)):
+        print(f"{name:<8} {r['after'] / 2**20:9.1f} {r['large']:7d} {r['slabs']:6d} "
+              f"{r['merges']:7d} {r['ms']:11.2f}")
+    print(f"far-memory bytes, off / on: {off['after'] / max(on['after'], 1):.2f}x "
+          f"(on, before compact(): {on['before'] / 2**20:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,675 @@
+/* heap_compact.c - merging sparsely used slabs without moving pointers
+ * (design: heap_compact.h; protocol: docs/far-memory.md, "compaction").
+ *
+ * A merge needs the owner's view of both slabs (their free lists are the
+ * owner's, without atomics), so fmem_heap_compact merges only slabs of the
+ * calling thread's theap and of theaps whose thread exited (under their
+ * lock, which adoption takes too). Other threads can still free objects
+ * into those slabs: while a class is being compacted, the thread_free
+ * stack of every slab taking part holds TF_LOCKED, and a remote freer that
+ * finds it waits, then frees the pointer again from the top (by then the
+ * page map may lead it to an alias, i.e. to the survivor). */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "fork.h"
+#include "heap_compact.h"
+
+#define RESERVE_BYTES ((size_t)1 << 30) /* slots reserved at a time */
+#define DEFAULT_INTERVAL 64
+
+void (*heap_compact_hook)(int step);
+
+static inline void hook(int step)
+{
+    if (unlikely(heap_compact_hook != NULL))
+        heap_compact_hook(step);
+}
+
+struct heap_compact {
+    pthread_mutex_t lock; /* the slot lists */
+    _Atomic uint32_t flags;
+    _Atomic uint32_t interval;
+    _Atomic uint64_t budget;
+    _Atomic uint32_t since; /* slabs taken since the last automatic run */
+    /* free slots that still map a chunk, by the chunk's pool address (open
+     * addressing; slot NULL: empty, TOMB: removed) */
+    struct free_slot {
+        char *slot;
+        char *src;
+    } *tab;
+    size_t tab_cap, tab_used, nmapped, rover;
+    char **bare; /* free slots that map nothing */
+    size_t nbare, bare_cap;
+    char *cur; /* unused part of the last reservation */
+    size_t left;
+    struct reservation {
+        void *p;
+        size_t len;
+    } *res;
+    size_t nres;
+};
+
+/* ---- slots ------------------------------------------------------------- */
+
+#define TOMB ((char *)1)
+
+static size_t tab_hash(const char *src, size_t cap)
+{
+    return (size_t)(((uintptr_t)src >> 16) * 0x9e3779b97f4a7c15ull >> 20) & (cap - 1);
+}
+
+static int tab_put(struct heap_compact *c, char *slot, char *src)
+{
+    if (2 * (c->tab_used + 1) > c->tab_cap) { /* grow (and drop tombstones) */
+        size_t cap = c->tab_cap ? 2 * c->tab_cap : 256;
+        while (4 * (c->nmapped + 1) > cap)
+            cap *= 2;
+        struct free_slot *t = calloc(cap, sizeof *t);
+        if (!t)
+            return -1;
+        for (size_t i = 0; i < c->tab_cap; i++)
+            if (c->tab[i].slot && c->tab[i].slot != TOMB) {
+                size_t j = tab_hash(c->tab[i].src, cap);
+                while (t[j].slot)
+                    j = (j + 1) & (cap - 1);
+                t[j] = c->tab[i];
+            }
+        free(c->tab);
+        c->tab = t;
+        c->tab_cap = cap;
+        c->tab_used = c->nmapped;
+    }
+    size_t j = tab_hash(src, c->tab_cap);
+    while (c->tab[j].slot && c->tab[j].slot != TOMB)
+        j = (j + 1) & (c->tab_cap - 1);
+    if (!c->tab[j].slot)
+        c->tab_used++;
+    c->tab[j] = (struct free_slot){slot, src};
+    c->nmapped++;
+    return 0;
+}
+
+static char *tab_take_at(struct heap_compact *c, size_t j)
+{
+    char *slot = c->tab[j].slot;
+    c->tab[j].slot = TOMB;
+    c->tab[j].src = NULL;
+    c->nmapped--;
+    return slot;
+}
+
+/* A free slot: the one that still maps the chunk at `src` if there is one
+ * (then *mapped = 1: nothing to map, and its pages are in the page tables
+ * already; a chunk freed is often handed out again soon, so a heap that
+ * empties and refills slabs costs no system call here), else one that maps
+ * nothing, else any. */
+static char *slot_take(struct heap_compact *c, const char *src, int *mapped)
+{
+    char *s = NULL;
+    *mapped = 0;
+    pthread_mutex_lock(&c->lock);
+    if (c->nmapped) {
+        for (size_t j = tab_hash(src, c->tab_cap); c->tab[j].slot;
+             j = (j + 1) & (c->tab_cap - 1))
+            if (c->tab[j].slot != TOMB && c->tab[j].src == src) {
+                s = tab_take_at(c, j);
+                *mapped = 1;
+                goto out;
+            }
+    }
+    if (c->nbare) {
+        s = c->bare[--c->nbare];
+    } else if (c->nmapped) { /* it maps another chunk: mapped over below */
+        while (!c->tab[c->rover].slot || c->tab[c->rover].slot == TOMB)
+            c->rover = (c->rover + 1) & (c->tab_cap - 1);
+        s = tab_take_at(c, c->rover);
+    } else {
+        if (c->left == 0) {
+            struct reservation *r = realloc(c->res, (c->nres + 1) * sizeof *r);
+            if (!r)
+                goto out;
+            c->res = r;
+            size_t len = RESERVE_BYTES + SLAB_SIZE;
+            void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED)
+                goto out;
+            c->res[c->nres++] = (struct reservation){p, len};
+            /* slots are 64 KiB aligned: an offset in a slab is the low bits */
+            c->cur = (char *)(((uintptr_t)p + SLAB_SIZE - 1) & ~(uintptr_t)(SLAB_SIZE - 1));
+            c->left = RESERVE_BYTES / SLAB_SIZE;
+        }
+        s = c->cur;
+        c->cur += SLAB_SIZE;
+        c->left--;
+    }
+out:
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+/* The slot is free for a later slab. It keeps mapping the chunk at `src`
+ * (its pool mapping) if not NULL: the pool's own mapping of a freed chunk
+ * stays too, so a dangling pointer meets the same thing either way. With
+ * src NULL the slot is made inaccessible. */
+static void slot_give(struct heap_compact *c, char *slot, char *src)
+{
+    pthread_mutex_lock(&c->lock);
+    if (src && tab_put(c, slot, src) == 0) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    pthread_mutex_unlock(&c->lock);
+    mmap(slot, SLAB_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    pthread_mutex_lock(&c->lock);
+    if (c->nbare == c->bare_cap) {
+        size_t cap = c->bare_cap ? 2 * c->bare_cap : 64;
+        char **n = realloc(c->bare, cap * sizeof *n);
+        if (!n) { /* lose the slot (stays reserved, inaccessible) */
+            pthread_mutex_unlock(&c->lock);
+            return;
+        }
+        c->bare = n;
+        c->bare_cap = cap;
+    }
+    c->bare[c->nbare++] = slot;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* A second mapping of the chunk at `src` (the pool's mapping) at slot. */
+static int alias_map(char *src, char *slot)
+{
+    void *r = mremap(src, 0, SLAB_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, slot);
+    return r == MAP_FAILED ? (errno == EINVAL ? FMEM_ENOTSUP : FMEM_EIO) : 0;
+}
+
+int compact_slot_get(struct fmem_heap *h, struct span *out)
+{
+    struct heap_compact *c = h->compact;
+    memset(out, 0, sizeof *out);
+    int rc = fmem_alloc(h->pool, SLAB_SIZE, &out->h);
+    if (rc)
+        return rc;
+    if ((rc = fmem_map(h->pool, &out->h, (void **)&out->src)) != 0)
+        goto fail;
+    int mapped;
+    if (!(out->ptr = slot_take(c, out->src, &mapped))) {
+        rc = FMEM_ENOMEM;
+        goto fail;
+    }
+    if (!mapped) {
+        if ((rc = alias_map(out->src, out->ptr)) != 0) {
+            slot_give(c, out->ptr, NULL);
+            goto fail;
+        }
+#ifdef MADV_POPULATE_WRITE
+        /* the chunk's pages exist in the pool's file: map them in one call
+         * rather than a fault per page */
+        madvise(out->ptr, SLAB_SIZE, MADV_POPULATE_WRITE);
+#endif
+    }
+    out->len = SLAB_SIZE;
+    heap_account(h, (int64_t)out->len);
+    atomic_fetch_add_explicit(&c->since, 1, memory_order_relaxed);
+    return 0;
+fail:
+    fmem_free(h->pool, &out->h);
+    memset(out, 0, sizeof *out);
+    return rc;
+}
+
+void compact_slot_put(struct fmem_heap *h, struct span *sp)
+{
+    heap_account(h, -(int64_t)sp->len);
+    slot_give(h->compact, sp->ptr, sp->src);
+    fmem_free(h->pool, &sp->h);
+}
+
+void compact_drop_aliases(struct fmem_heap *h, struct slab *s)
+{
+    while (s->merged) {
+        struct slab *a = s->merged;
+        s->merged = a->merged;
+        pagemap_set(&h->map, a->start, SLAB_SIZE, NULL);
+        slot_give(h->compact, a->start, NULL);
+        a->merged = a->into = NULL;
+        a->kind = SLAB_SMALL;
+        atomic_store(&a->thread_free, NULL);
+        desc_free(h, a);
+    }
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+static int policy_check(const fmem_compact_policy *p)
+{
+    return p && (p->flags & ~(FMEM_COMPACT_AUTO | FMEM_COMPACT_RANDOM)) ? FMEM_EINVAL : 0;
+}
+
+static void policy_apply(struct heap_compact *c, const fmem_compact_policy *p)
+{
+    atomic_store(&c->flags, p ? p->flags : 0);
+    atomic_store(&c->interval, p && p->interval ? p->interval : DEFAULT_INTERVAL);
+    atomic_store(&c->budget, p ? p->budget : 0);
+}
+
+int compact_init(struct fmem_heap *h, const fmem_compact_policy *policy)
+{
+    int rc = policy_check(policy);
+    if (rc)
+        return rc;
+    struct heap_compact *c = calloc(1, sizeof *c);
+    if (!c)
+        return FMEM_ENOMEM;
+    if (pthread_mutex_init(&c->lock, NULL)) {
+        free(c);
+        return FMEM_ENOMEM;
+    }
+    policy_apply(c, policy);
+    h->compact = c;
+    struct span probe; /* can this pool's chunks be mapped twice? */
+    if ((rc = compact_slot_get(h, &probe)) == 0) {
+        compact_slot_put(h, &probe);
+        atomic_store(&c->since, 0);
+    }
+    return rc;
+}
+
+void compact_destroy(struct fmem_heap *h)
+{
+    struct heap_compact *c = h->compact;
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->nres; i++)
+        munmap(c->res[i].p, c->res[i].len);
+    free(c->res);
+    free(c->tab);
+    free(c->bare);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    h->compact = NULL;
+}
+
+int compact_random_placement(const struct fmem_heap *h)
+{
+    return h->compact && (atomic_load_explicit(&h->compact->flags, memory_order_relaxed) &
+                          FMEM_COMPACT_RANDOM);
+}
+
+/* ---- random placement -------------------------------------------------- */
+
+static uint64_t rng_next(void)
+{
+    static __thread uint64_t x;
+    if (!x)
+        x = (uint64_t)(uintptr_t)&x * 0x9e3779b97f4a7c15ull | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+}
+
+void compact_extend_random(struct slab *s)
+{
+    uint32_t n = s->capacity - s->bump; /* at most 4096 */
+    uint16_t idx[SLAB_SIZE / 16];
+    for (uint32_t i = 0; i < n; i++)
+        idx[i] = (uint16_t)(s->bump + i);
+    for (uint32_t i = n; i > 1; i--) { /* Fisher-Yates */
+        uint32_t j = (uint32_t)(rng_next() % i);
+        uint16_t t = idx[i - 1];
+        idx[i - 1] = idx[j];
+        idx[j] = t;
+    }
+    void *head = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        void **o = (void **)(s->start + (size_t)idx[i] * s->obj_size);
+        o[0] = head;
+        head = o;
+    }
+    s->free = head;
+    s->bump = s->capacity;
+}
+
+/* ---- merging ----------------------------------------------------------- */
+
+struct cand {
+    struct slab *s;
+    uint64_t *live; /* bit per object */
+    int dead;       /* merged into another */
+    int rebuilt;    /* its free list must be rebuilt from `live` */
+};
+
+static uint32_t obj_index(const struct slab *s, const void *o)
+{
+    return (uint32_t)((size_t)((const char *)o - s->start) / s->obj_size);
+}
+
+/* Stop remote frees into s (they wait) and take the ones made so far. */
+static void slab_lock(struct slab *s)
+{
+    void **tf = atomic_exchange(&s->thread_free, TF_LOCKED);
+    while (tf) {
+        void **next = tf[0];
+        tf[0] = s->local_free;
+        s->local_free = tf;
+        s->used--;
+        tf = next;
+    }
+}
+
+static void live_bits(const struct slab *s, uint64_t *live)
+{
+    size_t words = (s->capacity + 63) / 64;
+    memset(live, 0, words * sizeof *live);
+    for (uint32_t i = 0; i < s->bump; i++)
+        live[i / 64] |= (uint64_t)1 << (i % 64);
+    for (int l = 0; l < 2; l++)
+        for (void **o = l ? s->local_free : s->free; o; o = o[0]) {
+            uint32_t i = obj_index(s, o);
+            if (i < s->capacity)
+                live[i / 64] &= ~((uint64_t)1 << (i % 64));
+        }
+}
+
+static int disjoint(const uint64_t *a, const uint64_t *b, size_t words)
+{
+    for (size_t w = 0; w < words; w++)
+        if (a[w] & b[w])
+            return 0;
+    return 1;
+}
+
+/* Free list of s from its live bits: every other object handed out so
+ * far, with the double-free key a free writes. */
+static void rebuild_free(struct fmem_heap *h, struct slab *s, const uint64_t *live)
+{
+    void *head = NULL;
+    for (uint32_t i = s->bump; i-- > 0;)
+        if (!(live[i / 64] >> (i % 64) & 1)) {
+            void **o = (void **)(s->start + (size_t)i * s->obj_size);
+            o[0] = head;
+            o[1] = (void *)(h->key ^ (uintptr_t)o);
+            head = o;
+        }
+    s->free = head;
+    s->local_free = NULL;
+}
+
+/* b's objects into a's chunk, b's range onto a's chunk, b's chunk back.
+ * a's and b's remote frees are held off (slab_lock) by the caller. */
+static int merge(struct theap *th, struct cand *a, struct cand *b)
+{
+    struct fmem_heap *h = th->heap;
+    struct slab *sa = a->s, *sb = b->s;
+    size_t words = (sa->capacity + 63) / 64;
+    a->rebuilt = 1; /* its free objects get overwritten from here on */
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t bits = b->live[w]; bits; bits &= bits - 1) {
+            size_t off = (w * 64 + (size_t)__builtin_ctzll(bits)) * sa->obj_size;
+            memcpy(sa->start + off, sb->start + off, sa->obj_size);
+        }
+    hook(1);
+    /* b's own aliases (it may have been a survivor) first, then b */
+    int rc = 0;
+    struct slab *x, *last = sb;
+    for (x = sb->merged; x && rc == 0; x = x->merged)
+        if ((rc = alias_map(sa->span.src, x->start)) == 0)
+            last = x;
+    if (rc == 0)
+        rc = alias_map(sa->span.src, sb->start);
+    if (rc) { /* put back what moved: those ranges show b's chunk again */
+        for (x = sb->merged; x && x != last->merged; x = x->merged)
+            alias_map(sb->span.src, x->start);
+        return rc;
+    }
+    hook(2);
+    for (size_t w = 0; w < words; w++)
+        a->live[w] |= b->live[w];
+    sa->used += sb->used;
+    if (sb->bump > sa->bump)
+        sa->bump = sb->bump;
+    fmem_handle chunk = sb->span.h;
+    slab_unlink(th, sb);
+    sb->kind = SLAB_ALIAS;
+    sb->into = sa;
+    for (x = sb->merged; x; x = x->merged)
+        x->into = sa; /* before b forwards: freers retrying through them */
+    last->merged = sa->merged; /* a's chain: b, b's aliases, a's own */
+    sa->merged = sb;
+    sb->used = 0;
+    sb->free = sb->local_free = NULL;
+    sb->span.src = NULL;
+    memset(&sb->span.h, 0, sizeof sb->span.h);
+    atomic_store_explicit(&sb->owner, NULL, memory_order_relaxed);
+    atomic_store(&sb->thread_free, TF_FORWARD); /* waiting freers retry */
+    b->dead = 1;
+    hook(3);
+    fmem_free(h->pool, &chunk);
+    heap_account(h, -(int64_t)SLAB_SIZE);
+    atomic_fetch_sub(&h->st.slabs, 1);
+    atomic_fetch_add(&h->st.merges, 1);
+    atomic_fetch_add(&h->st.compact_bytes, SLAB_SIZE);
+    return 0;
+}
+
+static int cand_cmp(const void *x, const void *y)
+{
+    const struct cand *a = x, *b = y;
+    return (a->s->used > b->s->used) - (a->s->used < b->s->used);
+}
+
+static void unlock_all(struct fmem_heap *h, struct cand *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!c[i].dead) {
+            if (c[i].rebuilt)
+                rebuild_free(h, c[i].s, c[i].live);
+            atomic_store(&c[i].s->thread_free, NULL);
+        }
+}
+
+/* Compact one class of th; *left: bytes that may still be copied. */
+static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
+{
+    struct fmem_heap *h = th->heap;
+    size_t n = 0;
+    for (struct slab *s = th->avail[cls]; s; s = s->next)
+        n++;
+    if (n < 2)
+        return 0;
+    uint32_t cap = (uint32_t)(SLAB_SIZE / heap_class_size[cls]);
+    size_t words = (cap + 63) / 64;
+    struct cand *c = calloc(n, sizeof *c);
+    uint64_t *bits = calloc(n * words, sizeof *bits);
+    if (!c || !bits) {
+        free(c);
+        free(bits);
+        return 0;
+    }
+    size_t k = 0;
+    for (struct slab *s = th->avail[cls]; s; s = s->next)
+        if (s->kind == SLAB_SMALL && s->capacity == cap &&
+            atomic_load(&s->full_state) == NOT_FULL) {
+            c[k].s = s;
+            c[k].live = bits + k * words;
+            k++;
+        }
+    for (size_t i = 0; i < k; i++)
+        slab_lock(c[i].s);
+    for (size_t i = 0; i < k; i++)
+        live_bits(c[i].s, c[i].live);
+    qsort(c, k, sizeof *c, cand_cmp); /* least used first */
+    int64_t got = 0;
+    for (size_t i = 0; i < k; i++) {
+        struct cand *v = &c[i];
+        if (v->dead)
+            continue;
+        uint64_t cost = (uint64_t)v->s->used * v->s->obj_size;
+        if (cost > *left)
+            break;
+        for (size_t j = k; j-- > 0;) { /* fullest survivor first */
+            struct cand *a = &c[j];
+            if (j == i || a->dead || a->s->used + v->s->used > cap ||
+                !disjoint(a->live, v->live, words))
+                continue;
+            if (merge(th, a, v) == 0) {
+                *left -= cost;
+                got += (int64_t)SLAB_SIZE;
+            }
+            break;
+        }
+    }
+    unlock_all(h, c, k);
+    free(c);
+    free(bits);
+    return got;
+}
+
+/* Caller: exclusive access to th (its thread, or its lock with no owner). */
+static int64_t compact_theap(struct theap *th, uint64_t *left)
+{
+    theap_collect(th, 0);
+    int64_t got = 0;
+    for (unsigned cls = 0; cls < NCLASSES && *left; cls++)
+        got += compact_class(th, cls, left);
+    return got;
+}
+
+int compact_merge_pair(struct theap *th, struct slab *a, struct slab *b)
+{
+    if (!th || !a || !b)
+        return FMEM_EINVAL;
+    if (a == b || a->kind == SLAB_ALIAS || b->kind == SLAB_ALIAS)
+        return FMEM_EBUSY;
+    if (a->kind != SLAB_SMALL || b->kind != SLAB_SMALL || a->cls != b->cls ||
+        !th->heap->compact || atomic_load(&a->owner) != th || atomic_load(&b->owner) != th ||
+        a->list != LIST_AVAIL || b->list != LIST_AVAIL)
+        return FMEM_EINVAL;
+    size_t words = (a->capacity + 63) / 64;
+    uint64_t *bits = calloc(2 * words, sizeof *bits);
+    if (!bits)
+        return FMEM_ENOMEM;
+    struct cand c[2] = {{.s = a, .live = bits}, {.s = b, .live = bits + words}};
+    slab_lock(a);
+    slab_lock(b);
+    live_bits(a, c[0].live);
+    live_bits(b, c[1].live);
+    int rc = a->used + b->used > a->capacity || !disjoint(c[0].live, c[1].live, words)
+                 ? FMEM_ERANGE
+                 : merge(th, &c[0], &c[1]);
+    unlock_all(th->heap, c, 2);
+    free(bits);
+    return rc;
+}
+
+int compact_auto_due(struct theap *th)
+{
+    struct heap_compact *c = th->heap->compact;
+    return (atomic_load_explicit(&c->flags, memory_order_relaxed) & FMEM_COMPACT_AUTO) &&
+           atomic_load_explicit(&c->since, memory_order_relaxed) >=
+               atomic_load_explicit(&c->interval, memory_order_relaxed);
+}
+
+void compact_auto(struct theap *th)
+{
+    struct heap_compact *c = th->heap->compact;
+    atomic_store(&c->since, 0);
+    uint64_t left = atomic_load(&c->budget);
+    if (!left)
+        left = UINT64_MAX;
+    compact_theap(th, &left);
+}
+
+/* ---- fork ---------------------------------------------------------------
+ * The slots map the pool's shared pages: a fork child would write into the
+ * parent's objects through them. In the child every slab range becomes a
+ * private copy (moved over the slot in one mremap); the ranges of a merged
+ * slab become copies of their own, each showing the objects reached
+ * through it. Merging in the child then fails for inherited slabs (their
+ * chunks are private copies now, which cannot be mapped twice) and works
+ * for new ones. */
+static void privatize(char *at)
+{
+    void *tmp = mmap(NULL, SLAB_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (tmp == MAP_FAILED)
+        return;
+    memcpy(tmp, at, SLAB_SIZE);
+    if (mremap(tmp, SLAB_SIZE, SLAB_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED)
+        munmap(tmp, SLAB_SIZE);
+}
+
+static void privatize_list(struct slab *s)
+{
+    for (; s; s = s->next) {
+        privatize(s->start);
+        for (struct slab *a = s->merged; a; a = a->merged)
+            privatize(a->start);
+    }
+}
+
+void compact_fork_child(struct fmem_heap *h)
+{
+    if (!h->compact)
+        return;
+    /* free slots that map a chunk: it is the parent's; make them private
+     * copies and forget the chunk (they get mapped over when reused) */
+    struct heap_compact *c = h->compact;
+    for (size_t i = 0; i < c->tab_cap; i++)
+        if (c->tab[i].slot && c->tab[i].slot != TOMB) {
+            privatize(c->tab[i].slot);
+            c->tab[i].src = TOMB; /* matches no chunk */
+        }
+    for (struct theap *th = h->theaps; th; th = th->next) {
+        for (unsigned c = 0; c < NCLASSES; c++) {
+            privatize_list(th->avail[c]);
+            privatize_list(th->full[c]);
+        }
+        privatize_list(th->spare);
+    }
+}
+
+/* ---- public calls ------------------------------------------------------ */
+
+int fmem_heap_set_compact_policy(fmem_heap *h, const fmem_compact_policy *policy)
+{
+    if (!h || !policy)
+        return FMEM_EINVAL;
+    int rc = policy_check(policy);
+    if (rc)
+        return rc;
+    if (!h->compact)
+        return FMEM_ENOTSUP;
+    policy_apply(h->compact, policy);
+    return 0;
+}
+
+int64_t fmem_heap_compact(fmem_heap *h, size_t budget)
+{
+    if (!h)
+        return FMEM_EINVAL;
+    if (!h->compact)
+        return FMEM_ENOTSUP;
+    fork_gate_enter();
+    uint64_t left = budget ? budget : UINT64_MAX;
+    int64_t got = 0;
+    struct theap *self = theap_peek(h);
+    if (self)
+        got += compact_theap(self, &left);
+    pthread_mutex_lock(&h->lock);
+    struct theap *first = h->theaps; /* the list only grows at its head */
+    pthread_mutex_unlock(&h->lock);
+    for (struct theap *th = first; th && left; th = th->next) {
+        if (th == self)
+            continue;
+        pthread_mutex_lock(&th->lock);
+        if (!atomic_load(&th->owned))
+            got += compact_theap(th, &left);
+        pthread_mutex_unlock(&th->lock);
+    }
+    fork_gate_leave();
+    return got;
+}

@@ -1,0 +1,65 @@
+/* heap_compact.h - compaction of compactable pool heaps (heap_compact.c).
+ *
+ * A compactable heap gives every slab an address of its own (a "slot" in
+ * address space the heap reserves), mapped onto the slab's pool chunk with
+ * mremap(old_size = 0), which makes a second mapping of the same shared
+ * pages. Merging slab B into slab A (same class, disjoint live offsets)
+ * copies B's live objects into A's chunk at the same offsets, maps B's slot
+ * onto A's chunk, and frees B's chunk. B's descriptor stays as an alias
+ * (kind SLAB_ALIAS, `into` = A, thread_free = TF_FORWARD): the page map
+ * still leads B's addresses to it, and a free there is turned into a free
+ * of the same offset in A. docs/far-memory.md, "compaction", describes the
+ * protocol against concurrent frees. */
+#ifndef FMEM_FAR_HEAP_COMPACT_H
+#define FMEM_FAR_HEAP_COMPACT_H
+
+#include "heap_internal.h"
+
+struct heap_compact;
+
+/* fmem_heap_new_compactable: set up (and check that the pool's chunks can
+ * be mapped twice: FMEM_ENOTSUP if not). */
+int compact_init(struct fmem_heap *h, const fmem_compact_policy *policy);
+void compact_destroy(struct fmem_heap *h);
+
+/* The slab backend of a compactable heap (heap_backend.c). */
+int compact_slot_get(struct fmem_heap *h, struct span *out);
+void compact_slot_put(struct fmem_heap *h, struct span *sp);
+
+int compact_random_placement(const struct fmem_heap *h);
+/* slab_extend for randomized slabs: every object not yet handed out goes
+ * on the free list, in random order. */
+void compact_extend_random(struct slab *s);
+
+/* A pointer into an alias: the survivor, *p moved into its range. */
+static inline struct slab *compact_resolve(struct slab *alias, void **p)
+{
+    struct slab *a = alias->into;
+    *p = a->start + ((char *)*p - alias->start);
+    return a;
+}
+
+/* A survivor goes back to the pool: its aliases' ranges go too. */
+void compact_drop_aliases(struct fmem_heap *h, struct slab *s);
+
+/* In a fork child: slab ranges become private copies (heap_thread.c). */
+void compact_fork_child(struct fmem_heap *h);
+
+/* Automatic compaction from the allocation slow path (owner thread). */
+int compact_auto_due(struct theap *th);
+void compact_auto(struct theap *th);
+
+/* Merge b into a (both of th, which the caller has exclusive access to):
+ * 0, or FMEM_EBUSY (a or b is an alias - a merged range is never merged
+ * again - or a == b; a survivor with aliases may be merged, its aliases
+ * move with it), FMEM_EINVAL (other class or heap,
+ * or a large slab), FMEM_ERANGE (live offsets overlap), FMEM_EIO (the
+ * remap failed; nothing changed). For tests; fmem_heap_compact picks
+ * pairs itself. */
+int compact_merge_pair(struct theap *th, struct slab *a, struct slab *b);
+
+/* Test hook: called between the steps of a merge (1: objects copied,
+ * 2: victim range remapped, 3: victim's chunk about to be freed). */
+extern void (*heap_compact_hook)(int step);
+
+#endif
