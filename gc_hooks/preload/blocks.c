@@ -1,8 +1,7 @@
 /* blocks.c - large blocks ("objects") in an fmem pool.
  *
- * An object is the request rounded to 4 KiB and then to its six leading
- * bits (lobj_plan: slack < 1/32), made of at most six pool blocks of
- * 4 KiB << k mapped side by side. Objects live in the arena's mirror, a
+ * An object is the request rounded to 4 KiB plus at most 3/64 (plan()),
+ * made of at most six pool blocks of 4 KiB << k mapped side by side. Objects live in the arena's mirror, a
  * range reserved at twice the pool's size: the object whose first (and
  * largest) block starts at pool offset o is at mirror + 2 o. The other
  * blocks add up to less than the first, so the object fits in that slot,
@@ -338,10 +337,40 @@ static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned
     return o;
 }
 
+/* The blocks of an object of `size` bytes, largest first (how many), and
+ * in *limit the most pages an object serving it may have: its size
+ * rounded to 4 KiB plus 3/64. lobj_plan rounds the pages to six leading
+ * bits (< 1/32 more); within the limit they are rounded further where that
+ * takes fewer blocks (each is a pool call and, in a named pool, a mmap). */
+static unsigned plan(size_t size, size_t sizes[LOBJ_PLAN_MAX], uint64_t *limit)
+{
+    unsigned k = lobj_plan(size, sizes);
+    if (k == 0)
+        return 0;
+    uint64_t r = (size + PAGE - 1) >> CHUNK_SHIFT, p = 0;
+    for (unsigned i = 0; i < k; i++)
+        p += sizes[i] >> CHUNK_SHIFT;
+    uint64_t max = r + r * 3 / 64, best = p;
+    if (max < p)
+        max = p;
+    for (uint64_t g = 2, q; (q = (p + g - 1) & ~(g - 1)) <= max; g <<= 1)
+        if (__builtin_popcountll(q) < __builtin_popcountll(best))
+            best = q;
+    if (best != p) {
+        k = 0;
+        for (int b = 63; b >= 0; b--)
+            if (best >> b & 1)
+                sizes[k++] = PAGE << b;
+    }
+    *limit = max;
+    return k;
+}
+
 static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *reused)
 {
     size_t sizes[LOBJ_PLAN_MAX];
-    unsigned k = lobj_plan(size, sizes);
+    uint64_t limit;
+    unsigned k = plan(size, sizes, &limit);
     if (k == 0)
         return NULL;
     if (align <= PAGE)
@@ -349,11 +378,12 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
     else if (align > 2 * sizes[0]) { /* an object is aligned to twice its first block */
         k = 1;
         sizes[0] = PAGE << log2_pages(size > align / 2 ? size : align / 2);
+        limit = sizes[0] >> CHUNK_SHIFT;
     }
     uint32_t pages = 0;
     for (unsigned i = 0; i < k; i++)
         pages += (uint32_t)(sizes[i] >> CHUNK_SHIFT);
-    struct fp_obj *o = fp_cache_take(a, pages, align);
+    struct fp_obj *o = fp_cache_take(a, pages, (uint32_t)limit, align);
     if (o) {
         *reused = 1;
         atomic_fetch_add_explicit(&fp_stats.reused, 1, memory_order_relaxed);
@@ -455,7 +485,8 @@ void fp_block_free(void *p)
 static int grow(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
 {
     size_t sizes[LOBJ_PLAN_MAX];
-    unsigned k = lobj_plan((size_t)(pages - o->pages) << CHUNK_SHIFT, sizes);
+    uint64_t limit;
+    unsigned k = plan((size_t)(pages - o->pages) << CHUNK_SHIFT, sizes, &limit);
     uint32_t more = 0;
     for (unsigned i = 0; i < k; i++)
         more += (uint32_t)(sizes[i] >> CHUNK_SHIFT);

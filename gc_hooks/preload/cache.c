@@ -4,7 +4,8 @@
  * pages and, when the program asks for the same size again, a page fault
  * for every page it touches: most of the price of a large malloc/free
  * pair. Instead a freed object stays mapped and is handed out again for a
- * request of the same size (its planned page count, or up to 1/64 more),
+ * request of the same size (its planned page count, or more up to the
+ * request's limit of slack),
  * the most recently freed first. It is bounded: at most CACHE_PER_CLASS
  * objects per power of two of pages (a server with many clients frees and
  * allocates dozens of buffers of one size at a time), CACHE_MAX_BYTES or a
@@ -83,7 +84,7 @@ static size_t flush_locked(int all, uint64_t now)
     return freed;
 }
 
-struct fp_obj *fp_cache_take(struct fp_arena *a, uint32_t pages, size_t align)
+struct fp_obj *fp_cache_take(struct fp_arena *a, uint32_t pages, uint32_t limit, size_t align)
 {
     if (!atomic_load_explicit(&kept_arena, memory_order_relaxed))
         return NULL;
@@ -93,7 +94,7 @@ struct fp_obj *fp_cache_take(struct fp_arena *a, uint32_t pages, size_t align)
     if (kept_arena == a) {
         for (unsigned i = nkept[c]; i-- > 0;) {
             struct fp_obj *k = kept[c][i].o;
-            if (k->pages < pages || k->pages > pages + pages / 64 ||
+            if (k->pages < pages || k->pages > limit ||
                 ((uintptr_t)fp_obj_ptr(a, k) & (align - 1)))
                 continue;
             o = k;

@@ -151,9 +151,9 @@ void fp_obj_release(struct fp_arena *a, struct fp_obj *o);
 /* ---- cache.c ------------------------------------------------------------ */
 
 /* All with the block lock held shared (or exclusively, by fork). */
-/* A kept object of `pages` pages (up to 1/64 more) with the given
- * alignment, its entry live again; NULL if none is kept. */
-struct fp_obj *fp_cache_take(struct fp_arena *a, uint32_t pages, size_t align);
+/* A kept object of `pages` to `limit` pages with the given alignment;
+ * NULL if none is kept. */
+struct fp_obj *fp_cache_take(struct fp_arena *a, uint32_t pages, uint32_t limit, size_t align);
 /* Keep a freed object (its entry marked cached) for reuse: 1 if kept, 0
  * if the caller must give it back to the pool. */
 int fp_cache_put(struct fp_arena *a, struct fp_obj *o);
