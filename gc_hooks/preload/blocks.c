@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 
 #include "../../libfmem/far/lobj.h"
@@ -79,20 +80,34 @@ static void give_up(const char *uri, const char *why)
 }
 
 /* Give back the user ids (and blocks) of processes of this machine that
- * are gone, as `fmem recover` would. Returns how many were freed. */
+ * are gone, as `fmem recover` would: a user slot names its process, and
+ * one that no longer exists holds nothing any more. Returns how many were
+ * freed. Cheap: one word and one kill(pid, 0) per claimed slot. */
+static int recover_dead(fmem_pool *p)
+{
+    if (p->nnodes != 1)
+        return 0;
+    struct node *n = p->nodes[0];
+    int freed = 0;
+    for (unsigned uid = 1; uid < n->g.nusers; uid++) {
+        uint32_t pid = node_uid_pid(n, uid);
+        if (!pid || (pid & NODE_PID_REMOTE) || uid == n->uid ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (fmem_recover(p, uid, NULL) == 0)
+            freed++;
+    }
+    return freed;
+}
+
+/* The same through an administrative handle, for a pool whose user table
+ * is full (it needs no user id of its own). */
 static int recover_dead_users(const char *uri)
 {
     fmem_pool *adm;
     if (!uri || fmem_open_admin(uri, &adm))
         return 0;
-    int freed = 0;
-    for (unsigned uid = 1; uid < 16384; uid++) {
-        fmem_user_info_t u;
-        if (fmem_user_info(adm, 0, uid, &u) || !u.in_table)
-            break;
-        if (u.pid && !u.remote && u.alive == 0 && fmem_recover(adm, uid, NULL) == 0)
-            freed++;
-    }
+    int freed = recover_dead(adm);
     fmem_close(adm);
     return freed;
 }
@@ -186,6 +201,10 @@ static struct fp_arena *open_arena(void)
         give_up(fp_cfg.uri, why);
         return NULL;
     }
+    /* processes that exited holding blocks kept their ids: the first to
+     * open the pool after them gives the ids and blocks back */
+    if (a->shared)
+        recover_dead(pool);
     atomic_store(&fp_narenas, n + 1);
     return a;
 }
@@ -596,9 +615,10 @@ void fp_blocks_orphan_current(void)
  * do so safely: the kept objects go back to the pool, and if no block of
  * the pool is in use any more the pool is closed (which frees the user id)
  * and large requests made later (by exit-time code) go to the system
- * allocator. A process that still holds blocks keeps its id; the next
- * process that opens the pool recovers the ids of processes that are gone
- * (recover_dead_users), as `fmem recover` does. */
+ * allocator. A process that still holds blocks keeps its id (other
+ * threads and later destructors may still use them); the next process
+ * that opens the pool recovers the ids of processes that are gone
+ * (recover_dead), as `fmem recover` does. */
 __attribute__((destructor)) static void release_at_exit(void)
 {
     struct fp_arena *a = atomic_load(&fp_current);
