@@ -29,8 +29,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 
 #include "../../libfmem/far/lobj.h"
 #include "../../libfmem/node.h"
@@ -149,7 +151,14 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
             return "its data file cannot be mapped in pieces";
         /* the data file is mapped right after the metadata (transport_shm.c) */
         a->file_delta = (int64_t)((char *)p - ((char *)tp->base + tp->meta_size)) - (int64_t)h.addr;
+        /* a hugetlbfs file maps only in whole huge pages */
+        struct statfs sf;
+        if (fstatfs(a->data_fd, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC && sf.f_bsize > 0 &&
+            ((size_t)sf.f_bsize & ((size_t)sf.f_bsize - 1)) == 0)
+            a->granule = (size_t)sf.f_bsize;
     }
+    if (a->granule < PAGE)
+        a->granule = PAGE;
     a->table_bytes = (cap >> CHUNK_SHIFT) * sizeof(uint64_t);
     a->objs_bytes = (cap >> CHUNK_SHIFT) * sizeof(struct fp_obj);
     void *t = map_anon(NULL, a->table_bytes, PROT_READ | PROT_WRITE);
@@ -385,18 +394,23 @@ static unsigned plan(size_t size, size_t sizes[LOBJ_PLAN_MAX], uint64_t *limit)
     return k;
 }
 
+static size_t round_granule(const struct fp_arena *a, size_t n)
+{
+    return n + a->granule - 1 < n ? 0 : (n + a->granule - 1) & ~(a->granule - 1);
+}
+
 static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *reused)
 {
     size_t sizes[LOBJ_PLAN_MAX];
     uint64_t limit;
-    unsigned k = plan(size, sizes, &limit);
+    unsigned k = plan(round_granule(a, size), sizes, &limit);
     if (k == 0)
         return NULL;
     if (align <= PAGE)
         align = PAGE;
     else if (align > 2 * sizes[0]) { /* an object is aligned to twice its first block */
         k = 1;
-        sizes[0] = PAGE << log2_pages(size > align / 2 ? size : align / 2);
+        sizes[0] = PAGE << log2_pages(round_granule(a, size > align / 2 ? size : align / 2));
         limit = sizes[0] >> CHUNK_SHIFT;
     }
     uint32_t pages = 0;
@@ -505,7 +519,7 @@ static int grow(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
 {
     size_t sizes[LOBJ_PLAN_MAX];
     uint64_t limit;
-    unsigned k = plan((size_t)(pages - o->pages) << CHUNK_SHIFT, sizes, &limit);
+    unsigned k = plan(round_granule(a, (size_t)(pages - o->pages) << CHUNK_SHIFT), sizes, &limit);
     uint32_t more = 0;
     for (unsigned i = 0; i < k; i++)
         more += (uint32_t)(sizes[i] >> CHUNK_SHIFT);

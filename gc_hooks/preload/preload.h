@@ -114,6 +114,8 @@ struct fp_arena {
     int shared;                /* other processes map the pool (shm:, ...) */
     int data_fd;               /* shared: the pool's data file */
     int64_t file_delta;        /* shared: file offset of a block = addr + delta */
+    size_t granule;            /* pieces are multiples of this: 4 KiB, or
+                                * the page size of a hugetlbfs pool file */
     _Atomic uint64_t live;     /* objects handed out (or cached) */
     _Atomic uint64_t *table;   /* one word per 4 KiB chunk of the pool: the
                                 * entry (FP_E_*) of the object whose first
