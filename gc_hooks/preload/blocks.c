@@ -403,6 +403,9 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
 {
     size_t sizes[LOBJ_PLAN_MAX];
     uint64_t limit;
+    /* page counts are 32-bit: nothing near 16 TiB (no pool is that large) */
+    if (size > ((size_t)1 << 42) || align > ((size_t)1 << 42))
+        return NULL;
     unsigned k = plan(round_granule(a, size), sizes, &limit);
     if (k == 0)
         return NULL;
