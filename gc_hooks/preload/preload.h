@@ -5,8 +5,9 @@
  *   real.c       the system allocator's functions (dlsym(RTLD_NEXT)) and
  *                the bootstrap buffer used while they are being looked up
  *   config.c     environment variables, checked once
- *   blocks.c     large blocks: the pool, its address range, the block table
- *   cache.c      freed blocks kept for reuse, per size class
+ *   blocks.c     large blocks: the pool, the range its blocks live in (a
+ *                block is a few pool blocks side by side), their table
+ *   cache.c      freed blocks kept for reuse, by size
  *   fork.c       what a child of fork() does with the parent's blocks
  *   stats.c      counters and the report at exit (FMEM_PRELOAD_STATS=1)
  *   interpose.c  malloc, free, ... as the program sees them
