@@ -91,6 +91,13 @@ if LD_PRELOAD=$lib FMEM_PRELOAD_URI="$checkpool?size=256M" "$tests/preload_fork_
 else
     bad "preload_fork_open"; cat "$tmp/forkopen.out"
 fi
+# the same on the default private pool (its blocks: one anonymous mapping
+# of 2 GiB and more)
+if LD_PRELOAD=$lib "$tests/preload_fork_open" 20 >"$tmp/forkopen.out" 2>&1; then
+    ok "default pool: $(tail -n 1 "$tmp/forkopen.out")"
+else
+    bad "preload_fork_open, default pool"; cat "$tmp/forkopen.out"
+fi
 
 # inputs: 3 MB of numbers in a fixed pseudo-random order (kept small: the
 # whole script runs each program twice)
