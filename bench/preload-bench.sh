@@ -9,7 +9,8 @@
 #      the parent (median of 5 forks), plain and preloaded
 #   4. redis-server, if installed: BGSAVE fork pause (latest_fork_usec)
 #      with 400 MB of 200 KB values, and redis-benchmark SET/GET with
-#      200 KB values (requests per second)
+#      200 KB values (requests per second, and the server's CPU time
+#      over both, which a loaded machine disturbs less)
 #   make bench-preload   (or: bench/preload-bench.sh [RUNS], from the build tree)
 # Prints the load average first: ratios, not absolute times, are the result.
 set -eu
@@ -137,7 +138,7 @@ if ! have redis-server || ! have redis-cli; then
     exit 0
 fi
 # redis_run PRELOAD(0|1): start a server on a socket of our own, fill it,
-# print "fork_usec set_rps get_rps peak_bytes"
+# print "fork_usec set_rps get_rps peak_bytes server_cpu_ms"
 redis_run() {
     local sock=$tmp/redis.sock pre=$1 env=()
     [ "$pre" = 1 ] && env=(LD_PRELOAD="$lib" FMEM_PRELOAD_STATS="$tmp/redis.stats")
@@ -152,9 +153,13 @@ redis_run() {
     while redis-cli -s "$sock" info persistence | grep -q 'rdb_bgsave_in_progress:1'; do sleep 0.1; done
     local fork_us
     fork_us=$(redis-cli -s "$sock" info stats | sed -n 's/^latest_fork_usec:\([0-9]*\).*/\1/p')
-    local set get
+    local set get cpu0 cpu1
+    # the server's CPU time over the benchmark: unlike requests per second
+    # it does not depend on what else the machine runs
+    cpu0=$(awk '{ print $14 + $15 }' /proc/$redis_pid/stat)
     redis-benchmark -s "$sock" -t set,get -d 204800 -n 1000 -r 1000 -q 2>/dev/null | tr '\r' '\n' \
         >"$tmp/rb.out"
+    cpu1=$(awk '{ print $14 + $15 }' /proc/$redis_pid/stat)
     set=$(sed -n 's/^SET: \([0-9.]*\) requests per second.*/\1/p' "$tmp/rb.out")
     get=$(sed -n 's/^GET: \([0-9.]*\) requests per second.*/\1/p' "$tmp/rb.out")
     redis-cli -s "$sock" shutdown nosave >/dev/null 2>&1 || true
@@ -162,7 +167,7 @@ redis_run() {
     redis_pid=
     local peak
     peak=$(sed -n 's/.* peak_bytes=\([0-9]*\).*/\1/p' "$tmp/redis.stats" 2>/dev/null | sort -n | tail -n 1)
-    echo "${fork_us:-0} ${set:-0} ${get:-0} ${peak:-0}"
+    echo "${fork_us:-0} ${set:-0} ${get:-0} ${peak:-0} $(( (cpu1 - cpu0) * 1000 / $(getconf CLK_TCK) ))"
 }
 : >"$tmp/rp"; : >"$tmp/rq"
 for ((i = 0; i < runs; i++)); do
@@ -178,4 +183,6 @@ awk -v p="$(col 2 "$tmp/rp")" -v q="$(col 2 "$tmp/rq")" \
     'BEGIN { printf "%-24s %9.0f %9.0f %7.2f\n", "SET requests/s", p, q, q / p }'
 awk -v p="$(col 3 "$tmp/rp")" -v q="$(col 3 "$tmp/rq")" \
     'BEGIN { printf "%-24s %9.0f %9.0f %7.2f\n", "GET requests/s", p, q, q / p }'
+awk -v p="$(col 5 "$tmp/rp")" -v q="$(col 5 "$tmp/rq")" \
+    'BEGIN { printf "%-24s %9.0f %9.0f %7.2f\n", "server CPU ms, SET+GET", p, q, (p ? q / p : 0) }'
 echo "redis preloaded: pool peak $(( $(col 4 "$tmp/rq") >> 20 )) MiB"

@@ -1,25 +1,43 @@
-/* blocks.c - large blocks in an fmem pool.
+/* blocks.c - large blocks ("objects") in an fmem pool.
  *
- * The pool's data area is one contiguous mapping (shared-memory transport,
- * single node), so "is this pointer one of ours" is a range check, and the
- * block table - one 64-bit word per 4 KiB chunk, indexed by the offset of
- * the block's first chunk - tells free() the rest:
- *   bits  0..31  the allocation's key (never 0 for a live block)
- *   bits 32..37  log2 of its length in chunks
- *   bit  40      private: a copy made in a fork child, no longer in the pool
- *   bit  41      cached: freed, kept for reuse (cache.c)
- * A zero word means "no block starts here". The pool is opened on the first
- * large request. A pool's address range stays reserved for the life of the
- * process, so a pointer from the system allocator never falls into it. */
+ * An object is the request rounded to 4 KiB plus at most 3/64 (plan()),
+ * made of at most six pool blocks of 4 KiB << k mapped side by side. Objects live in the arena's mirror, a
+ * range reserved at twice the pool's size: the object whose first (and
+ * largest) block starts at pool offset o is at mirror + 2 o. The other
+ * blocks add up to less than the first, so the object fits in that slot,
+ * and it can grow in place up to the slot's end (realloc). "Is this
+ * pointer one of ours" is a range check, and the table - one word per
+ * 4 KiB chunk, indexed by the offset of the first block - with a record
+ * per chunk (struct fp_obj) tells free() the rest.
+ *
+ * How the blocks become the object's bytes:
+ *   private pool (mem:, the default)  the mirror is private anonymous
+ *       memory; the pool only places and counts the objects. Memory of the
+ *       mirror outside live or kept objects is always zero (released
+ *       ranges are dropped), so a fresh object needs no clearing. The
+ *       mirror takes the system's huge-page policy, as memory from plain
+ *       malloc does (a 2 MiB page per 200 KB block cost 6x the CPU).
+ *   named pool (shm:, file:)  each block's range of the pool's data file
+ *       is mapped (MAP_SHARED) at its place, so the pool's bytes are the
+ *       object's bytes; the rest of the mirror stays reserved (PROT_NONE).
+ * The pool is opened on the first large request. A pool's mirror stays
+ * reserved for the life of the process, so a pointer from the system
+ * allocator never falls into it. */
 #include <errno.h>
 #include <fmem.h>
 #include <fmem_admin.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 
+#include "../../libfmem/far/lobj.h"
+#include "../../libfmem/node.h"
 #include "../../libfmem/pool_internal.h"
+#include "../../libfmem/transport.h"
 #include "preload.h"
 
 _Thread_local int fp_in_pool __attribute__((tls_model("initial-exec")));
@@ -28,10 +46,10 @@ struct fp_arena fp_arenas[FP_MAX_ARENAS];
 _Atomic int fp_narenas;
 struct fp_arena *_Atomic fp_current;
 
-#define E_KEY FP_E_KEY
-#define E_LOG2 FP_E_LOG2
-#define E_PRIVATE FP_E_PRIVATE
-_Static_assert(CHUNK_SHIFT == FP_CHUNK_SHIFT, "the block table has one word per chunk");
+_Static_assert(CHUNK_SHIFT == FP_CHUNK_SHIFT, "the table has one word per chunk");
+#define PAGE ((size_t)1 << FP_CHUNK_SHIFT)
+#define MIRROR_ALIGN_MAX ((size_t)1 << 30)
+#define HUGE ((size_t)2 << 20)
 
 /* Statically initialised: malloc may run before any constructor. Writers
  * (fork) go first, so a stream of allocations cannot keep a fork waiting. */
@@ -63,28 +81,112 @@ static void give_up(const char *uri, const char *why)
                why);
 }
 
-/* A named pool whose user table is full: give back the user ids (and
- * blocks) of processes of this machine that are gone, as `fmem recover`
- * would, so that a new process can join. Returns how many were freed. */
+/* Give back the user ids (and blocks) of processes of this machine that
+ * are gone, as `fmem recover` would: a user slot names its process, and
+ * one that no longer exists holds nothing any more. Returns how many were
+ * freed. Cheap: one word and one kill(pid, 0) per claimed slot. */
+static int recover_dead(fmem_pool *p)
+{
+    if (p->nnodes != 1)
+        return 0;
+    struct node *n = p->nodes[0];
+    int freed = 0;
+    for (unsigned uid = 1; uid < n->g.nusers; uid++) {
+        uint32_t pid = node_uid_pid(n, uid);
+        if (!pid || (pid & NODE_PID_REMOTE) || uid == n->uid ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (fmem_recover(p, uid, NULL) == 0)
+            freed++;
+    }
+    return freed;
+}
+
+/* The same through an administrative handle, for a pool whose user table
+ * is full (it needs no user id of its own). */
 static int recover_dead_users(const char *uri)
 {
     fmem_pool *adm;
     if (!uri || fmem_open_admin(uri, &adm))
         return 0;
-    int freed = 0;
-    for (unsigned uid = 1; uid < 16384; uid++) {
-        fmem_user_info_t u;
-        if (fmem_user_info(adm, 0, uid, &u) || !u.in_table)
-            break;
-        if (u.pid && !u.remote && u.alive == 0 && fmem_recover(adm, uid, NULL) == 0)
-            freed++;
-    }
+    int freed = recover_dead(adm);
     fmem_close(adm);
     return freed;
 }
 
-/* Open the pool and learn where its data is mapped: map one probe block
- * (offset h.addr from the data start). Called with open_lock held. */
+static void *map_anon(void *at, size_t len, int prot)
+{
+    return mmap(at, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (at ? MAP_FIXED : 0),
+                -1, 0);
+}
+
+/* Put a range of a named pool's mirror back into the reservation. */
+static void unmap_range(char *p, size_t len) { map_anon(p, len, PROT_NONE); }
+
+/* Set up arena a for an open pool: learn where its data is mapped (map one
+ * probe block, offset h.addr from the data start), the data file of a
+ * named pool, and reserve the table, the records and the mirror. NULL or
+ * why not. */
+static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
+{
+    fmem_stats_t st;
+    fmem_handle h;
+    void *p = NULL;
+    int rc;
+    if (fmem_stats(pool, &st) || st.nodes != 1)
+        return "needs a pool of exactly one memory node";
+    if ((rc = fmem_alloc(pool, FMEM_CHUNK_SIZE, &h)) != 0)
+        return fmem_strerror(rc);
+    if ((rc = fmem_map(pool, &h, &p)) != 0 || fmem_free(pool, &h) != 0)
+        return rc == FMEM_ENOTSUP ? "its transport cannot map memory" : fmem_strerror(rc);
+    memset(a, 0, sizeof *a);
+    a->pool_data = (char *)p - h.addr;
+    a->shared = pool->shared;
+    a->data_fd = -1;
+    size_t cap = st.capacity_bytes;
+    if (a->shared) {
+        struct transport *tp = pool->nodes[0]->tp;
+        a->data_fd = shm_transport_data_fd(tp);
+        if (a->data_fd < 0 || !tp->base)
+            return "its data file cannot be mapped in pieces";
+        /* the data file is mapped right after the metadata (transport_shm.c) */
+        a->file_delta = (int64_t)((char *)p - ((char *)tp->base + tp->meta_size)) - (int64_t)h.addr;
+        /* a hugetlbfs file maps only in whole huge pages */
+        struct statfs sf;
+        if (fstatfs(a->data_fd, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC && sf.f_bsize > 0 &&
+            ((size_t)sf.f_bsize & ((size_t)sf.f_bsize - 1)) == 0)
+            a->granule = (size_t)sf.f_bsize;
+    }
+    if (a->granule < PAGE)
+        a->granule = PAGE;
+    a->table_bytes = (cap >> CHUNK_SHIFT) * sizeof(uint64_t);
+    a->objs_bytes = (cap >> CHUNK_SHIFT) * sizeof(struct fp_obj);
+    void *t = map_anon(NULL, a->table_bytes, PROT_READ | PROT_WRITE);
+    void *o = map_anon(NULL, a->objs_bytes, PROT_READ | PROT_WRITE);
+    /* the mirror aligned to its own size (up to 1 GiB), so an object is
+     * aligned to twice its first block */
+    size_t align = HUGE;
+    while (align < 2 * cap && align < MIRROR_ALIGN_MAX)
+        align <<= 1;
+    char *m = map_anon(NULL, 2 * cap + align, a->shared ? PROT_NONE : PROT_READ | PROT_WRITE);
+    if (t == MAP_FAILED || o == MAP_FAILED || m == MAP_FAILED) {
+        if (t != MAP_FAILED)
+            munmap(t, a->table_bytes);
+        if (o != MAP_FAILED)
+            munmap(o, a->objs_bytes);
+        if (m != MAP_FAILED)
+            munmap(m, 2 * cap + align);
+        return "cannot reserve address space for its blocks";
+    }
+    a->table = t;
+    a->objs = o;
+    a->mirror = (char *)(((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1));
+    atomic_store(&a->cap, cap);
+    a->pool = pool;
+    return NULL;
+}
+
+/* Open the pool. Called with open_lock held. */
 static struct fp_arena *open_arena(void)
 {
     int n = atomic_load(&fp_narenas);
@@ -100,41 +202,18 @@ static struct fp_arena *open_arena(void)
         give_up(fp_cfg.uri, fmem_strerror(rc));
         return NULL;
     }
-    fmem_stats_t st;
-    fmem_handle h;
-    void *p = NULL;
-    const char *why = NULL;
-    if (fmem_stats(pool, &st) || st.nodes != 1)
-        why = "needs a pool of exactly one memory node";
-    else if ((rc = fmem_alloc(pool, FMEM_CHUNK_SIZE, &h)) != 0)
-        why = fmem_strerror(rc);
-    else if ((rc = fmem_map(pool, &h, &p)) != 0 || fmem_free(pool, &h) != 0)
-        why = rc == FMEM_ENOTSUP ? "its transport cannot map memory" : fmem_strerror(rc);
     struct fp_arena *a = &fp_arenas[n];
-    if (!why) {
-        a->base = (char *)p - h.addr;
-        atomic_store(&a->cap, st.capacity_bytes);
-        a->shared = pool->shared;
-        atomic_store(&a->live, 0);
-        a->table_bytes = (a->cap >> CHUNK_SHIFT) * sizeof(uint64_t);
-        void *t = mmap(NULL, a->table_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (t == MAP_FAILED)
-            why = "cannot map the block table";
-        else
-            a->table = t;
-    }
+    const char *why = arena_setup(a, pool);
     if (why) {
+        memset(a, 0, sizeof *a);
         fmem_close(pool);
         give_up(fp_cfg.uri, why);
         return NULL;
     }
-    a->pool = pool;
-    a->orphan = 0;
-    /* a shm: pool on tmpfs takes 2 MiB pages where the system allows them
-     * for shared memory (shmem_enabled "advise"); hugetlbfs always does */
+    /* processes that exited holding blocks kept their ids: the first to
+     * open the pool after them gives the ids and blocks back */
     if (a->shared)
-        madvise(a->base, a->cap, MADV_HUGEPAGE);
+        recover_dead(pool);
     atomic_store(&fp_narenas, n + 1);
     return a;
 }
@@ -159,8 +238,8 @@ static struct fp_arena *arena_of(const void *p)
     int n = atomic_load_explicit(&fp_narenas, memory_order_acquire);
     for (int i = 0; i < n; i++) {
         struct fp_arena *a = &fp_arenas[i];
-        if ((const char *)p >= a->base &&
-            (size_t)((const char *)p - a->base) < atomic_load_explicit(&a->cap, memory_order_relaxed))
+        if ((const char *)p >= a->mirror &&
+            (size_t)((const char *)p - a->mirror) / 2 < atomic_load_explicit(&a->cap, memory_order_relaxed))
             return a;
     }
     return NULL;
@@ -168,59 +247,188 @@ static struct fp_arena *arena_of(const void *p)
 
 int fp_block_owns(const void *p) { return arena_of(p) != NULL; }
 
-static unsigned log2_chunks(uint64_t len)
+static size_t piece_len(const struct fp_piece *b) { return PAGE << b->log2; }
+
+/* Map pieces [from, to) of o at their places. 0 or -1 (nothing left mapped). */
+static int map_pieces(struct fp_arena *a, struct fp_obj *o, unsigned from, unsigned to, size_t off)
+{
+    if (!a->shared)
+        return 0; /* the mirror is the memory */
+    char *base = fp_obj_ptr(a, o);
+    size_t start = off;
+    for (unsigned i = from; i < to; i++) {
+        size_t len = piece_len(&o->b[i]);
+        if (mmap(base + off, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, a->data_fd,
+                 (off_t)((int64_t)o->b[i].addr + a->file_delta)) == MAP_FAILED) {
+            if (off > start)
+                unmap_range(base + start, off - start);
+            return -1;
+        }
+        off += len;
+    }
+    /* a named pool on tmpfs takes 2 MiB pages where the system allows them
+     * for shared memory (shmem_enabled "advise"); hugetlbfs always does */
+    if (off - start >= HUGE)
+        madvise(base + start, off - start, MADV_HUGEPAGE);
+    return 0;
+}
+
+/* Drop the bytes of [off, off + len) of o (they read as zeros after) and,
+ * in a named pool, unmap them. */
+static void drop_range(struct fp_arena *a, struct fp_obj *o, size_t off, size_t len)
+{
+    char *p = fp_obj_ptr(a, o) + off;
+    if (a->shared) {
+        madvise(p, len, MADV_REMOVE); /* punched out of the pool file */
+        unmap_range(p, len);
+    } else {
+        madvise(p, len, MADV_DONTNEED);
+    }
+}
+
+static void free_pieces(struct fp_arena *a, const struct fp_piece *b, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        fmem_handle h = {.addr = b[i].addr, .length = PAGE << b[i].log2, .rkey = b[i].key};
+        fmem_free(a->pool, &h);
+    }
+}
+
+void fp_obj_release(struct fp_arena *a, struct fp_obj *o)
+{
+    drop_range(a, o, 0, fp_obj_len(o));
+    free_pieces(a, o->b, o->n);
+    atomic_fetch_sub_explicit(&a->live, 1, memory_order_relaxed);
+}
+
+static unsigned log2_pages(size_t len)
 {
     unsigned k = 0;
-    while ((FMEM_CHUNK_SIZE << k) < len)
+    while ((PAGE << k) < len)
         k++;
     return k;
 }
 
-/* A shared pool: punch the pages out of the pool file, so the memory goes
- * back to the system (as munmap would). A private pool (mem:) is private
- * anonymous memory: drop the pages. Either way the range reads as zeros. */
-int fp_discard(struct fp_arena *a, void *p, size_t len)
+/* Blocks of the given sizes into b[0..k): 0, or the pool's error with
+ * nothing held. */
+static int alloc_pieces(struct fp_arena *a, const size_t *sizes, unsigned k, struct fp_piece *b)
 {
-    return madvise(p, len, a->shared ? MADV_REMOVE : MADV_DONTNEED);
-}
-
-void fp_block_release(struct fp_arena *a, void *p, uint64_t e)
-{
-    size_t len = FMEM_CHUNK_SIZE << E_LOG2(e);
-    fp_discard(a, p, len);
-    fmem_handle h = {.addr = (uint64_t)((char *)p - a->base), .length = len, .rkey = E_KEY(e)};
-    fmem_free(a->pool, &h);
-    atomic_fetch_sub_explicit(&a->live, 1, memory_order_relaxed);
-}
-
-static void *take(struct fp_arena *a, size_t size, size_t align, int *reused)
-{
-    size_t want = size < align ? align : size;
-    void *c = fp_cache_take(a, log2_chunks(want), align);
-    if (c) {
-        *reused = 1;
-        atomic_fetch_add_explicit(&fp_stats.reused, 1, memory_order_relaxed);
-        fp_stats_add(FMEM_CHUNK_SIZE << log2_chunks(want));
-        return c;
+    for (unsigned i = 0; i < k; i++) {
+        fmem_handle h;
+        int rc = fmem_alloc(a->pool, sizes[i], &h);
+        if (rc == 0 && h.length != sizes[i]) { /* a pool that rounds differently */
+            fmem_free(a->pool, &h);
+            rc = FMEM_ESIZE;
+        }
+        if (rc) {
+            free_pieces(a, b, i);
+            return rc;
+        }
+        b[i] = (struct fp_piece){.addr = h.addr, .key = h.rkey, .log2 = log2_pages(h.length)};
     }
-    fmem_handle h;
+    return 0;
+}
+
+static int no_room(int rc) { return rc == FMEM_ENOMEM || rc == FMEM_ESIZE; }
+
+/* A new object of `pages` pages from blocks of the given sizes (largest
+ * first); NULL when the pool cannot give them. */
+static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned k, size_t align)
+{
+    struct fp_piece b[LOBJ_PLAN_MAX];
     static _Atomic int recovered; /* once per process: it scans the pool */
+    int rc = alloc_pieces(a, sizes, k, b);
     /* no room: what the cache keeps goes back first; in a named pool, then
      * what processes that are gone still hold */
-    if (fmem_alloc(a->pool, want, &h) && (!fp_cache_flush(1) || fmem_alloc(a->pool, want, &h)) &&
-        (!a->shared || atomic_exchange(&recovered, 1) || !recover_dead_users(fp_cfg.uri) ||
-         fmem_alloc(a->pool, want, &h)))
-        return NULL;
-    void *p;
-    if (fmem_map(a->pool, &h, &p) || (align && ((uintptr_t)p & (align - 1)))) {
-        fmem_free(a->pool, &h);
+    if (no_room(rc) && fp_cache_flush(1))
+        rc = alloc_pieces(a, sizes, k, b);
+    if (no_room(rc) && a->shared && !atomic_exchange(&recovered, 1) &&
+        recover_dead_users(fp_cfg.uri))
+        rc = alloc_pieces(a, sizes, k, b);
+    if (rc) {
+        if (no_room(rc))
+            atomic_fetch_add_explicit(&fp_stats.no_room, 1, memory_order_relaxed);
         return NULL;
     }
-    uint64_t e = (uint64_t)h.rkey | (uint64_t)log2_chunks(h.length) << 32;
-    atomic_store_explicit(&a->table[h.addr >> CHUNK_SHIFT], e, memory_order_release);
+    struct fp_obj *o = &a->objs[b[0].addr >> CHUNK_SHIFT];
+    o->n = k;
+    o->pages = 0;
+    for (unsigned i = 0; i < k; i++) {
+        o->b[i] = b[i];
+        o->pages += 1u << b[i].log2;
+    }
+    if (((uintptr_t)fp_obj_ptr(a, o) & (align - 1)) || map_pieces(a, o, 0, k, 0)) {
+        free_pieces(a, b, k);
+        return NULL;
+    }
     atomic_fetch_add_explicit(&a->live, 1, memory_order_relaxed);
-    fp_stats_add(h.length);
-    return p;
+    return o;
+}
+
+/* The blocks of an object of `size` bytes, largest first (how many), and
+ * in *limit the most pages an object serving it may have: its size
+ * rounded to 4 KiB plus 3/64. lobj_plan rounds the pages to six leading
+ * bits (< 1/32 more); within the limit they are rounded further where that
+ * takes fewer blocks (each is a pool call and, in a named pool, a mmap). */
+static unsigned plan(size_t size, size_t sizes[LOBJ_PLAN_MAX], uint64_t *limit)
+{
+    unsigned k = lobj_plan(size, sizes);
+    if (k == 0)
+        return 0;
+    uint64_t r = (size + PAGE - 1) >> CHUNK_SHIFT, p = 0;
+    for (unsigned i = 0; i < k; i++)
+        p += sizes[i] >> CHUNK_SHIFT;
+    uint64_t max = r + r * 3 / 64, best = p;
+    if (max < p)
+        max = p;
+    for (uint64_t g = 2, q; (q = (p + g - 1) & ~(g - 1)) <= max; g <<= 1)
+        if (__builtin_popcountll(q) < __builtin_popcountll(best))
+            best = q;
+    if (best != p) {
+        k = 0;
+        for (int b = 63; b >= 0; b--)
+            if (best >> b & 1)
+                sizes[k++] = PAGE << b;
+    }
+    *limit = max;
+    return k;
+}
+
+static size_t round_granule(const struct fp_arena *a, size_t n)
+{
+    return n + a->granule - 1 < n ? 0 : (n + a->granule - 1) & ~(a->granule - 1);
+}
+
+static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *reused)
+{
+    size_t sizes[LOBJ_PLAN_MAX];
+    uint64_t limit;
+    /* page counts are 32-bit: nothing near 16 TiB (no pool is that large) */
+    if (size > ((size_t)1 << 42) || align > ((size_t)1 << 42))
+        return NULL;
+    unsigned k = plan(round_granule(a, size), sizes, &limit);
+    if (k == 0)
+        return NULL;
+    if (align <= PAGE)
+        align = PAGE;
+    else if (align > 2 * sizes[0]) { /* an object is aligned to twice its first block */
+        k = 1;
+        sizes[0] = PAGE << log2_pages(round_granule(a, size > align / 2 ? size : align / 2));
+        limit = sizes[0] >> CHUNK_SHIFT;
+    }
+    uint32_t pages = 0;
+    for (unsigned i = 0; i < k; i++)
+        pages += (uint32_t)(sizes[i] >> CHUNK_SHIFT);
+    struct fp_obj *o = fp_cache_take(a, pages, (uint32_t)limit, align);
+    if (o) {
+        *reused = 1;
+        atomic_fetch_add_explicit(&fp_stats.reused, 1, memory_order_relaxed);
+    } else if ((o = make_obj(a, sizes, k, align)) == NULL) {
+        return NULL;
+    }
+    atomic_store_explicit(fp_obj_entry(a, o), FP_E_LIVE, memory_order_release);
+    fp_stats_add(fp_obj_len(o));
+    return o;
 }
 
 void *fp_block_alloc(size_t size, size_t align, int zero)
@@ -236,11 +444,14 @@ void *fp_block_alloc(size_t size, size_t align, int zero)
     fp_lock_shared();
     struct fp_arena *a = current_arena();
     int reused = 0;
-    if (a)
-        p = take(a, size, align, &reused);
-    /* a kept block holds the bytes of its last use */
-    if (p && zero && (reused || fp_discard(a, p, fp_block_size(p))))
-        memset(p, 0, size);
+    struct fp_obj *o = a ? take(a, size, align, &reused) : NULL;
+    if (o) {
+        p = fp_obj_ptr(a, o);
+        /* a kept object holds the bytes of its last use; a fresh one in a
+         * named pool those of whoever had its blocks last */
+        if (zero && (reused || (a->shared && madvise(p, fp_obj_len(o), MADV_REMOVE))))
+            memset(p, 0, size);
+    }
     fp_unlock_shared();
     if (!p)
         atomic_fetch_add_explicit(&fp_stats.fallbacks, 1, memory_order_relaxed);
@@ -255,12 +466,12 @@ static _Noreturn void bad_pointer(const char *what, const void *p)
     abort();
 }
 
-static _Atomic uint64_t *slot_of(struct fp_arena *a, const void *p, const char *what)
+static struct fp_obj *obj_of(struct fp_arena *a, const void *p, const char *what)
 {
-    size_t off = (size_t)((const char *)p - a->base);
-    if (off & (FMEM_CHUNK_SIZE - 1))
+    size_t off = (size_t)((const char *)p - a->mirror);
+    if (off & (2 * PAGE - 1))
         bad_pointer(what, p);
-    return &a->table[off >> CHUNK_SHIFT];
+    return &a->objs[off >> (CHUNK_SHIFT + 1)];
 }
 
 size_t fp_block_size(const void *p)
@@ -268,10 +479,11 @@ size_t fp_block_size(const void *p)
     struct fp_arena *a = arena_of(p);
     if (!a)
         return 0;
-    uint64_t e = atomic_load_explicit(slot_of(a, p, "malloc_usable_size"), memory_order_acquire);
+    struct fp_obj *o = obj_of(a, p, "malloc_usable_size");
+    uint64_t e = atomic_load_explicit(fp_obj_entry(a, o), memory_order_acquire);
     if (!e || (e & FP_E_CACHED))
         bad_pointer("malloc_usable_size", p);
-    return FMEM_CHUNK_SIZE << E_LOG2(e);
+    return fp_obj_len(o);
 }
 
 void fp_block_free(void *p)
@@ -284,21 +496,20 @@ void fp_block_free(void *p)
     fp_in_pool = 1;
     if (!outer)
         fp_lock_shared();
-    _Atomic uint64_t *slot = slot_of(a, p, "free");
+    struct fp_obj *o = obj_of(a, p, "free");
+    _Atomic uint64_t *slot = fp_obj_entry(a, o);
     uint64_t e = atomic_load_explicit(slot, memory_order_acquire);
     /* the check and the cache entry below are one step: a double free
      * racing with itself is caught by the exchange */
     if (!e || (e & FP_E_CACHED) || !atomic_compare_exchange_strong(slot, &e, e | FP_E_CACHED))
         bad_pointer("free", p);
-    size_t len = FMEM_CHUNK_SIZE << E_LOG2(e);
-    fp_stats_sub(len);
-    if (e & E_PRIVATE) {
+    fp_stats_sub(fp_obj_len(o));
+    if (e & FP_E_PRIVATE) {
+        unmap_range(p, fp_obj_len(o)); /* keep the range reserved */
         atomic_store(slot, 0);
-        /* keep the range reserved (see the top of this file) */
-        mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    } else if (!fp_cache_put(a, p, e)) {
+    } else if (!fp_cache_put(a, o)) {
         atomic_store(slot, 0);
-        fp_block_release(a, p, e);
+        fp_obj_release(a, o);
     }
     if (!outer)
         fp_unlock_shared();
@@ -306,55 +517,125 @@ void fp_block_free(void *p)
     errno = saved;
 }
 
+/* Grow o to `pages` pages within its slot: 0 or -1. */
+static int grow(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
+{
+    size_t sizes[LOBJ_PLAN_MAX];
+    uint64_t limit;
+    unsigned k = plan(round_granule(a, (size_t)(pages - o->pages) << CHUNK_SHIFT), sizes, &limit);
+    uint32_t more = 0;
+    for (unsigned i = 0; i < k; i++)
+        more += (uint32_t)(sizes[i] >> CHUNK_SHIFT);
+    if (k == 0 || o->n + k > FP_OBJ_BLOCKS || o->pages + more > 2u << o->b[0].log2)
+        return -1;
+    struct fp_piece b[LOBJ_PLAN_MAX];
+    if (alloc_pieces(a, sizes, k, b))
+        return -1;
+    memcpy(&o->b[o->n], b, k * sizeof *b);
+    if (map_pieces(a, o, o->n, o->n + k, fp_obj_len(o))) {
+        free_pieces(a, b, k);
+        return -1;
+    }
+    o->n += k;
+    o->pages += more;
+    return 0;
+}
+
+/* Shrink o to at least `pages` pages: whole trailing pieces go back. */
+static void shrink(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
+{
+    while (o->n > 1 && o->pages - (1u << o->b[o->n - 1].log2) >= pages) {
+        struct fp_piece *b = &o->b[o->n - 1];
+        size_t len = piece_len(b);
+        drop_range(a, o, fp_obj_len(o) - len, len);
+        free_pieces(a, b, 1);
+        o->pages -= 1u << b->log2;
+        o->n--;
+    }
+}
+
+int fp_block_resize(void *p, size_t size)
+{
+    struct fp_arena *a = arena_of(p);
+    if (fp_in_pool || size == 0 || size > ((size_t)UINT32_MAX << CHUNK_SHIFT) / 2)
+        return -1;
+    fp_in_pool = 1;
+    int saved = errno;
+    fp_lock_shared();
+    struct fp_obj *o = obj_of(a, p, "realloc");
+    uint64_t e = atomic_load_explicit(fp_obj_entry(a, o), memory_order_acquire);
+    if (!e || (e & FP_E_CACHED))
+        bad_pointer("realloc", p);
+    uint32_t pages = (uint32_t)((size + PAGE - 1) >> CHUNK_SHIFT), old = o->pages;
+    int rc = 0;
+    if (pages <= old) {
+        /* stay unless the object would be mostly empty */
+        if (pages < (1u << o->b[0].log2) / 4)
+            rc = -1;
+        else if (!(e & FP_E_PRIVATE))
+            shrink(a, o, pages);
+    } else {
+        rc = (e & FP_E_PRIVATE) || a->pool == NULL ? -1 : grow(a, o, pages);
+        if (rc == 0)
+            atomic_fetch_add_explicit(&fp_stats.grown, 1, memory_order_relaxed);
+    }
+    if (rc == 0)
+        fp_stats_resize((size_t)old << CHUNK_SHIFT, fp_obj_len(o));
+    fp_unlock_shared();
+    errno = saved;
+    fp_in_pool = 0;
+    return rc;
+}
+
+/* A kept object of a parent's named pool, in its fork child: unmapped. */
+static void forget_kept(struct fp_arena *a, struct fp_obj *o)
+{
+    unmap_range(fp_obj_ptr(a, o), fp_obj_len(o));
+}
+
 /* Fork child of a process using a shared pool, one thread, all locks held:
  * the pool's pages are shared with the parent, which goes on writing them.
- * Give each live block a private copy at the same address, turn the rest
- * of the range into a reservation, and open a pool of our own on the next
- * large request. The parent waits until this is done (fork.c), so the
- * copies show memory as of the fork. (A private pool needs none of this.) */
+ * Give each live object a private copy at the same address, unmap the
+ * parent's pool, and open a pool of our own on the next large request. The
+ * parent waits until this is done (fork.c), so the copies show memory as
+ * of the fork. (A private pool needs none of this.) */
 void fp_blocks_orphan_current(void)
 {
     struct fp_arena *a = atomic_load(&fp_current);
     if (!a || !a->shared)
         return;
-    fp_cache_forget(); /* kept blocks: the parent's, not copied */
-    size_t nchunks = a->cap >> CHUNK_SHIFT, gap = 0;
-    for (size_t i = 0; i <= nchunks;) {
-        uint64_t e = i < nchunks ? atomic_load(&a->table[i]) : 1;
-        if (!e) {
-            i++;
+    fp_cache_forget(forget_kept); /* kept objects: the parent's, not copied */
+    size_t nchunks = a->cap >> CHUNK_SHIFT;
+    for (size_t i = 0; i < nchunks; i++) {
+        uint64_t e = atomic_load(&a->table[i]);
+        if (!(e & FP_E_LIVE) || (e & FP_E_PRIVATE))
             continue;
-        }
-        if (gap < i)
-            mmap(a->base + (gap << CHUNK_SHIFT), (i - gap) << CHUNK_SHIFT, PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-        if (i == nchunks)
-            break;
-        size_t n = (size_t)1 << E_LOG2(e), len = n << CHUNK_SHIFT;
-        char *p = a->base + (i << CHUNK_SHIFT);
-        void *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        struct fp_obj *o = &a->objs[i];
+        char *p = fp_obj_ptr(a, o);
+        size_t len = fp_obj_len(o);
+        void *copy = map_anon(NULL, len, PROT_READ | PROT_WRITE);
         if (copy == MAP_FAILED || (memcpy(copy, p, len),
                                    mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p)) == MAP_FAILED) {
             fp_say("fork child: cannot copy a %zu-byte block", len);
             abort();
         }
-        atomic_store(&a->table[i], e | E_PRIVATE);
+        atomic_store(&a->table[i], e | FP_E_PRIVATE);
         atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
-        i += n;
-        gap = i;
     }
+    unmap_range(a->pool_data, a->cap); /* the parent's pool: never used here */
     a->orphan = 1;
     a->pool = NULL; /* the parent's: never closed or used here */
     atomic_store(&fp_current, NULL);
 }
 
 /* At exit, a process using a named pool gives its user id back when it can
- * do so safely: the kept blocks go back to the pool, and if no block of
+ * do so safely: the kept objects go back to the pool, and if no block of
  * the pool is in use any more the pool is closed (which frees the user id)
  * and large requests made later (by exit-time code) go to the system
- * allocator. A process that still holds blocks keeps its id; the next
- * process that finds the user table full recovers the ids of processes
- * that are gone (recover_dead_users), as `fmem recover` does. */
+ * allocator. A process that still holds blocks keeps its id (other
+ * threads and later destructors may still use them); the next process
+ * that opens the pool recovers the ids of processes that are gone
+ * (recover_dead), as `fmem recover` does. */
 __attribute__((destructor)) static void release_at_exit(void)
 {
     struct fp_arena *a = atomic_load(&fp_current);

@@ -1,18 +1,19 @@
-/* cache.c - freed large blocks kept for reuse.
+/* cache.c - freed large objects kept for reuse.
  *
- * Giving a block back to the pool on every free costs a page punch and,
- * when the program asks for the same size again, a page fault for every
- * page it touches: most of the price of a large malloc/free pair. Instead
- * a freed block stays mapped and is handed out again for a request of the
- * same size class (4 KiB << k chunks), the most recently freed first. It is
- * bounded: at most CACHE_PER_CLASS blocks of a class (a server with many
- * clients frees and allocates dozens of buffers of one size at a time),
- * CACHE_MAX_BYTES or a quarter of the pool in all, no block above
- * CACHE_MAX_BLOCK. Kept blocks go back to the pool
- * when they were kept longer than CACHE_DELAY_NS (checked on each large
- * malloc or free), when the pool has no room for a request, and at exit.
- * A kept block stays in the block table, marked FP_E_CACHED, so a second
- * free of it is still caught. */
+ * Giving an object back to the pool on every free costs dropping its
+ * pages and, when the program asks for the same size again, a page fault
+ * for every page it touches: most of the price of a large malloc/free
+ * pair. Instead a freed object stays mapped and is handed out again for a
+ * request of the same size (its planned page count, or more up to the
+ * request's limit of slack),
+ * the most recently freed first. It is bounded: at most CACHE_PER_CLASS
+ * objects per power of two of pages (a server with many clients frees and
+ * allocates dozens of buffers of one size at a time), CACHE_MAX_BYTES or a
+ * quarter of the pool in all, no object above CACHE_MAX_BLOCK. Kept
+ * objects go back to the pool when they were kept longer than
+ * CACHE_DELAY_NS (checked on each large malloc or free), when the pool has
+ * no room for a request, and at exit. A kept object stays in the table,
+ * marked FP_E_CACHED, so a second free of it is still caught. */
 #include <fmem.h>
 #include <pthread.h>
 #include <string.h>
@@ -27,8 +28,7 @@
 #define CACHE_DELAY_NS ((uint64_t)1000000000)
 
 struct kept {
-    char *p;
-    uint64_t e;     /* its table entry */
+    struct fp_obj *o;
     uint64_t since; /* when it was freed (CLOCK_MONOTONIC_COARSE, ns) */
 };
 
@@ -36,8 +36,8 @@ static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct kept kept[CACHE_CLASSES][CACHE_PER_CLASS];
 static unsigned nkept[CACHE_CLASSES];
 static size_t kept_bytes;
-static uint64_t oldest; /* since of the oldest kept block; 0: none kept */
-static struct fp_arena *_Atomic kept_arena; /* all kept blocks are in this arena */
+static uint64_t oldest; /* since of the oldest kept object; 0: none kept */
+static struct fp_arena *_Atomic kept_arena; /* all kept objects are in this arena */
 
 static uint64_t now_ns(void)
 {
@@ -46,20 +46,17 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static _Atomic uint64_t *slot(struct fp_arena *a, const char *p)
-{
-    return &a->table[(size_t)(p - a->base) >> FP_CHUNK_SHIFT];
-}
+static unsigned class_of(uint32_t pages) { return 31u - (unsigned)__builtin_clz(pages); }
 
 /* Remove entry i of class c (cache_mu held); give it back if asked. */
 static void drop(unsigned c, unsigned i, int give_back)
 {
-    struct kept k = kept[c][i];
+    struct fp_obj *o = kept[c][i].o;
     kept[c][i] = kept[c][--nkept[c]];
-    kept_bytes -= (size_t)FMEM_CHUNK_SIZE << c;
-    atomic_store_explicit(slot(kept_arena, k.p), 0, memory_order_release);
+    kept_bytes -= fp_obj_len(o);
+    atomic_store_explicit(fp_obj_entry(kept_arena, o), 0, memory_order_release);
     if (give_back)
-        fp_block_release(kept_arena, k.p, k.e);
+        fp_obj_release(kept_arena, o);
 }
 
 static void recompute_oldest(void)
@@ -80,44 +77,44 @@ static size_t flush_locked(int all, uint64_t now)
     for (unsigned c = 0; c < CACHE_CLASSES; c++)
         for (unsigned i = nkept[c]; i-- > 0;)
             if (all || now - kept[c][i].since >= CACHE_DELAY_NS) {
-                freed += (size_t)FMEM_CHUNK_SIZE << c;
+                freed += fp_obj_len(kept[c][i].o);
                 drop(c, i, 1);
             }
     recompute_oldest();
     return freed;
 }
 
-void *fp_cache_take(struct fp_arena *a, unsigned log2, size_t align)
+struct fp_obj *fp_cache_take(struct fp_arena *a, uint32_t pages, uint32_t limit, size_t align)
 {
-    if (log2 >= CACHE_CLASSES || !atomic_load_explicit(&kept_arena, memory_order_relaxed))
+    if (!atomic_load_explicit(&kept_arena, memory_order_relaxed))
         return NULL;
-    void *p = NULL;
+    struct fp_obj *o = NULL;
+    unsigned c = class_of(pages);
     pthread_mutex_lock(&cache_mu);
     if (kept_arena == a) {
-        for (unsigned i = nkept[log2]; i-- > 0;) {
-            struct kept *k = &kept[log2][i];
-            if (align && ((uintptr_t)k->p & (align - 1)))
+        for (unsigned i = nkept[c]; i-- > 0;) {
+            struct fp_obj *k = kept[c][i].o;
+            if (k->pages < pages || k->pages > limit ||
+                ((uintptr_t)fp_obj_ptr(a, k) & (align - 1)))
                 continue;
-            p = k->p;
-            uint64_t e = k->e;
-            kept[log2][i] = kept[log2][--nkept[log2]];
-            kept_bytes -= (size_t)FMEM_CHUNK_SIZE << log2;
-            atomic_store_explicit(slot(a, p), e, memory_order_release);
+            o = k;
+            kept[c][i] = kept[c][--nkept[c]];
+            kept_bytes -= fp_obj_len(o);
             break;
         }
-        if (p && !kept_bytes)
+        if (o && !kept_bytes)
             oldest = 0;
         flush_locked(0, now_ns());
     }
     pthread_mutex_unlock(&cache_mu);
-    return p;
+    return o;
 }
 
-int fp_cache_put(struct fp_arena *a, void *p, uint64_t e)
+int fp_cache_put(struct fp_arena *a, struct fp_obj *o)
 {
-    unsigned c = FP_E_LOG2(e);
-    size_t len = (size_t)FMEM_CHUNK_SIZE << c;
-    if (c >= CACHE_CLASSES || len > CACHE_MAX_BLOCK || (e & FP_E_PRIVATE) || a->pool == NULL)
+    unsigned c = class_of(o->pages);
+    size_t len = fp_obj_len(o);
+    if (len > CACHE_MAX_BLOCK || a->pool == NULL)
         return 0;
     pthread_mutex_lock(&cache_mu);
     uint64_t now = now_ns();
@@ -129,11 +126,11 @@ int fp_cache_put(struct fp_arena *a, void *p, uint64_t e)
     if (nkept[c] == CACHE_PER_CLASS || kept_bytes + len > max) {
         kept_arena = a;
         if (nkept[c] == CACHE_PER_CLASS) {
-            unsigned o = 0;
+            unsigned old = 0;
             for (unsigned i = 1; i < nkept[c]; i++)
-                if (kept[c][i].since < kept[c][o].since)
-                    o = i;
-            drop(c, o, 1);
+                if (kept[c][i].since < kept[c][old].since)
+                    old = i;
+            drop(c, old, 1);
         }
         if (kept_bytes + len > max)
             flush_locked(1, now);
@@ -142,11 +139,10 @@ int fp_cache_put(struct fp_arena *a, void *p, uint64_t e)
     int keep = kept_bytes + len <= max;
     if (keep) {
         kept_arena = a;
-        kept[c][nkept[c]++] = (struct kept){.p = p, .e = e, .since = now};
+        kept[c][nkept[c]++] = (struct kept){.o = o, .since = now};
         kept_bytes += len;
         if (!oldest)
             oldest = now;
-        atomic_store_explicit(slot(a, p), e | FP_E_CACHED, memory_order_release);
     }
     pthread_mutex_unlock(&cache_mu);
     return keep;
@@ -162,14 +158,17 @@ size_t fp_cache_flush(int all)
     return freed;
 }
 
-void fp_cache_forget(void)
+void fp_cache_forget(void (*unmap)(struct fp_arena *, struct fp_obj *))
 {
     if (!kept_arena)
         return;
     for (unsigned c = 0; c < CACHE_CLASSES; c++)
-        while (nkept[c])
+        while (nkept[c]) {
+            unmap(kept_arena, kept[c][nkept[c] - 1].o);
             drop(c, nkept[c] - 1, 0);
+        }
     oldest = 0;
+    kept_bytes = 0;
     kept_arena = NULL;
 }
 

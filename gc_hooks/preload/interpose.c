@@ -78,11 +78,11 @@ API void *realloc(void *p, size_t n)
             fp_block_free(p);
             return NULL;
         }
-        size_t cap = fp_block_size(p);
-        /* stay in place unless the block would be mostly empty */
-        if (n <= cap && n > cap / 4 && is_large(n))
+        /* in place: shrinking (unless the block would be mostly empty)
+         * or growing within the block's slot */
+        if (is_large(n) && fp_block_resize(p, n) == 0)
             return p;
-        void *q = move(p, cap, n);
+        void *q = move(p, fp_block_size(p), n);
         if (q)
             fp_block_free(p);
         return q;

@@ -5,8 +5,9 @@
  *   real.c       the system allocator's functions (dlsym(RTLD_NEXT)) and
  *                the bootstrap buffer used while they are being looked up
  *   config.c     environment variables, checked once
- *   blocks.c     large blocks: the pool, its address range, the block table
- *   cache.c      freed blocks kept for reuse, per size class
+ *   blocks.c     large blocks: the pool, the range its blocks live in (a
+ *                block is a few pool blocks side by side), their table
+ *   cache.c      freed blocks kept for reuse, by size
  *   fork.c       what a child of fork() does with the parent's blocks
  *   stats.c      counters and the report at exit (FMEM_PRELOAD_STATS=1)
  *   interpose.c  malloc, free, ... as the program sees them
@@ -74,6 +75,9 @@ int fp_block_owns(const void *p);
 void fp_block_free(void *p);
 /* Usable bytes of a block (its whole length). */
 size_t fp_block_size(const void *p);
+/* Make block p `size` bytes where it is: 0 when done (p unchanged, its
+ * first min(old, size) bytes kept), -1 when the caller must move it. */
+int fp_block_resize(void *p, size_t size);
 
 /* ---- fork.c ------------------------------------------------------------- */
 
@@ -81,15 +85,45 @@ size_t fp_block_size(const void *p);
  * before any lock of the interposer is taken. */
 void fp_fork_register(void);
 
-/* shared between blocks.c and fork.c */
+/* A large object ("block" to the program) is one to FP_OBJ_BLOCKS pool
+ * blocks mapped side by side in the arena's mirror, a reserved range twice
+ * the pool's size: the object whose first (and largest) block starts at
+ * pool offset o lives at mirror + 2 o, so its blocks may add up to twice
+ * the first one's length and every object has a slot of its own. */
+#define FP_OBJ_BLOCKS 16
+struct fp_piece {
+    uint64_t addr; /* the pool block: handle address (data offset) */
+    uint32_t key;
+    uint32_t log2; /* its length: 4 KiB << log2 */
+};
+struct fp_obj {
+    uint32_t n;          /* pieces, in address order */
+    uint32_t pages;      /* the object's length in 4 KiB pages */
+    struct fp_piece b[FP_OBJ_BLOCKS];
+};
+/* entries of the arena's table, one word per record */
+#define FP_E_LIVE (UINT64_C(1) << 0)
+#define FP_E_PRIVATE (UINT64_C(1) << 40) /* a copy made in a fork child, no longer in the pool */
+#define FP_E_CACHED (UINT64_C(1) << 41)  /* freed, kept for reuse (cache.c) */
+#define FP_CHUNK_SHIFT 12
+
+/* shared between blocks.c, cache.c and fork.c */
 #define FP_MAX_ARENAS 64 /* fork generations with a named pool (each keeps its range) */
 struct fp_arena {
-    char *base;                /* first byte of the pool's data */
-    _Atomic size_t cap;        /* data bytes; 0 once closed at exit */
+    char *mirror;              /* where the objects are: 2 * cap bytes */
+    _Atomic size_t cap;        /* pool data bytes; 0 once closed at exit */
     int shared;                /* other processes map the pool (shm:, ...) */
-    _Atomic uint64_t live;     /* blocks handed out (or cached) in the pool */
-    _Atomic uint64_t *table;   /* one word per 4 KiB chunk: see blocks.c */
-    size_t table_bytes;
+    int data_fd;               /* shared: the pool's data file */
+    int64_t file_delta;        /* shared: file offset of a block = addr + delta */
+    size_t granule;            /* pieces are multiples of this: 4 KiB, or
+                                * the page size of a hugetlbfs pool file */
+    _Atomic uint64_t live;     /* objects handed out (or cached) */
+    _Atomic uint64_t *table;   /* one word per 4 KiB chunk of the pool: the
+                                * entry (FP_E_*) of the object whose first
+                                * block starts there; 0: none */
+    struct fp_obj *objs;       /* its pieces, in a record per chunk */
+    size_t table_bytes, objs_bytes;
+    char *pool_data;           /* the pool's own mapping of its data */
     int orphan;                /* a parent's pool, copied at fork: private */
     struct fmem_pool *pool;    /* NULL once orphaned */
 };
@@ -105,32 +139,33 @@ void fp_lock_reinit(void);
  * copies at the same addresses and stop using its pool. */
 void fp_blocks_orphan_current(void);
 
-/* block table entries (blocks.c) */
-#define FP_E_KEY(e) ((uint32_t)(e))
-#define FP_E_LOG2(e) ((unsigned)((e) >> 32) & 63u)
-#define FP_E_PRIVATE (UINT64_C(1) << 40)
-#define FP_E_CACHED (UINT64_C(1) << 41)
-#define FP_CHUNK_SHIFT 12
-/* Return pages to the system: the range reads as zeros afterwards. Nonzero
- * when the kernel refused (the caller then clears the bytes itself). */
-int fp_discard(struct fp_arena *a, void *p, size_t len);
-/* Give a block (table entry e, already cleared) back to the pool. */
-void fp_block_release(struct fp_arena *a, void *p, uint64_t e);
+static inline char *fp_obj_ptr(const struct fp_arena *a, const struct fp_obj *o)
+{
+    return a->mirror + 2 * ((size_t)(o - a->objs) << FP_CHUNK_SHIFT);
+}
+static inline _Atomic uint64_t *fp_obj_entry(const struct fp_arena *a, const struct fp_obj *o)
+{
+    return &a->table[o - a->objs];
+}
+static inline size_t fp_obj_len(const struct fp_obj *o) { return (size_t)o->pages << FP_CHUNK_SHIFT; }
+/* Give an object (entry already cleared) back to the pool. */
+void fp_obj_release(struct fp_arena *a, struct fp_obj *o);
 
 /* ---- cache.c ------------------------------------------------------------ */
 
 /* All with the block lock held shared (or exclusively, by fork). */
-/* A kept block of 4 KiB << log2 chunks with the given alignment, its
- * table entry live again; NULL if none is kept. */
-void *fp_cache_take(struct fp_arena *a, unsigned log2, size_t align);
-/* Keep a freed block (its table entry e still set) for reuse: 1 if kept,
- * 0 if the caller must give it back to the pool. */
-int fp_cache_put(struct fp_arena *a, void *p, uint64_t e);
-/* Give back kept blocks: all of them, or those kept longer than the
+/* A kept object of `pages` to `limit` pages with the given alignment;
+ * NULL if none is kept. */
+struct fp_obj *fp_cache_take(struct fp_arena *a, uint32_t pages, uint32_t limit, size_t align);
+/* Keep a freed object (its entry marked cached) for reuse: 1 if kept, 0
+ * if the caller must give it back to the pool. */
+int fp_cache_put(struct fp_arena *a, struct fp_obj *o);
+/* Give back kept objects: all of them, or those kept longer than the
  * delay. Returns the bytes given back. */
 size_t fp_cache_flush(int all);
-/* Child of fork with a shared pool: the kept blocks are the parent's. */
-void fp_cache_forget(void);
+/* Child of fork with a shared pool: the kept objects are the parent's;
+ * calls drop(o) for each (the caller unmaps it), without giving back. */
+void fp_cache_forget(void (*drop)(struct fp_arena *, struct fp_obj *));
 void fp_cache_lock_reinit(void);
 
 /* ---- stats.c ------------------------------------------------------------ */
@@ -143,9 +178,13 @@ struct fp_stats {
     _Atomic uint64_t peak_bytes;
     _Atomic uint64_t copied_at_fork; /* bytes copied in fork children */
     _Atomic uint64_t reused;    /* large blocks served from the cache */
+    _Atomic uint64_t no_room;   /* large requests the pool had no room for
+                                 * (counted in fallbacks too) */
+    _Atomic uint64_t grown;     /* realloc grew a block where it was */
 };
 extern struct fp_stats fp_stats;
 void fp_stats_add(uint64_t bytes);
 void fp_stats_sub(uint64_t bytes);
+void fp_stats_resize(uint64_t old_bytes, uint64_t new_bytes);
 
 #endif

@@ -22,6 +22,16 @@ void fp_stats_sub(uint64_t bytes)
     atomic_fetch_sub_explicit(&fp_stats.live_bytes, bytes, memory_order_relaxed);
 }
 
+void fp_stats_resize(uint64_t old_bytes, uint64_t new_bytes)
+{
+    if (new_bytes >= old_bytes) {
+        fp_stats_add(new_bytes - old_bytes);
+        atomic_fetch_sub_explicit(&fp_stats.allocs, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_sub_explicit(&fp_stats.live_bytes, old_bytes - new_bytes, memory_order_relaxed);
+    }
+}
+
 __attribute__((destructor)) static void report(void)
 {
     if (!fp_cfg.enabled || !fp_cfg.stats)
@@ -32,11 +42,13 @@ __attribute__((destructor)) static void report(void)
     if (fd < 0)
         return;
     fp_say_fd(fd, "pid=%ld threshold=%zu large_allocs=%llu large_frees=%llu fallbacks=%llu "
-           "live_bytes=%llu peak_bytes=%llu copied_at_fork=%llu reused=%llu",
+           "live_bytes=%llu peak_bytes=%llu copied_at_fork=%llu reused=%llu "
+           "no_room=%llu grown=%llu",
            (long)getpid(), fp_cfg.threshold, (unsigned long long)fp_stats.allocs,
            (unsigned long long)fp_stats.frees, (unsigned long long)fp_stats.fallbacks,
            (unsigned long long)fp_stats.live_bytes, (unsigned long long)fp_stats.peak_bytes,
-           (unsigned long long)fp_stats.copied_at_fork, (unsigned long long)fp_stats.reused);
+           (unsigned long long)fp_stats.copied_at_fork, (unsigned long long)fp_stats.reused,
+           (unsigned long long)fp_stats.no_room, (unsigned long long)fp_stats.grown);
     if (fp_cfg.stats_path)
         close(fd);
 }

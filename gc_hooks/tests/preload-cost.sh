@@ -6,7 +6,8 @@
 #    a snapshot, and any number of fork generations allocate from a pool
 #  - freed blocks are reused (allocate-touch-free counts reused blocks)
 #  - processes release their user id in a named pool, or the next one
-#    recovers the ids of dead processes: 300 runs on a pool of 255 ids
+#    recovers the ids of dead processes: 300 runs on a pool of 255 ids;
+#    20 that exit holding blocks leave nothing once the next one has run
 #  - `fmem verify` and `fmem recover` work on a pool whose user table is full
 set -u
 top_builddir=${top_builddir:-.}
@@ -143,6 +144,28 @@ if grep -q verifier=clean "$tmp/v1.out" && ! grep -q "such user slots" "$tmp/v1.
     ok "20 processes that freed their blocks: no user slot left claimed"
 else
     bad "user ids not released at exit:"; cat "$tmp/v1.out"
+fi
+
+# processes that exit holding their block keep their id until they are
+# gone; the next process to open the pool (the table far from full) gives
+# their ids and blocks back: after 20 such runs one dead slot (the last
+# one's) is left, and none after one more run
+"$tests/pool_status" -u "$pool" 2>/dev/null
+i=0
+while [ $i -lt 20 ]; do
+    LD_PRELOAD=$lib FMEM_PRELOAD_URI="$uri" "$tests/preload_env" -k hold >/dev/null
+    i=$((i + 1))
+done
+"$fmem" verify "$uri" >"$tmp/v3.out" 2>&1
+held=$(sed -n 's/.*(\([0-9]*\) such user slots).*/\1/p' "$tmp/v3.out")
+LD_PRELOAD=$lib FMEM_PRELOAD_URI="$uri" "$tests/preload_env" -k free >/dev/null
+"$fmem" verify "$uri" >"$tmp/v4.out" 2>&1
+alloc=$("$tests/pool_status" "$uri" | sed -n 's/allocated=\([0-9]*\).*/\1/p')
+if [ "${held:-0}" -eq 1 ] && grep -q verifier=clean "$tmp/v4.out" &&
+    ! grep -q "such user slots" "$tmp/v4.out" && [ "${alloc:-x}" = 0 ]; then
+    ok "20 processes exited holding blocks: each next one recovered them ($held dead slot after the 20th, none after one more)"
+else
+    bad "dead holders not recovered: held=$held allocated=$alloc"; cat "$tmp/v3.out" "$tmp/v4.out"
 fi
 
 # a user table full of live claims: verify and recover still open the pool

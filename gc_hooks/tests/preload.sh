@@ -52,6 +52,37 @@ else
     bad "preload_check"; cat "$tmp/check.out"
 fi
 
+# sizes around every boundary of the size plan, content checked, on the
+# default pool and on a named one: every one of them must be a pool block
+# (the checks of its usable size would pass on the system allocator too)
+for where in default named; do
+    rm -f "$tmp/sizes.stats"
+    if [ $where = named ]; then set -- FMEM_PRELOAD_URI="$checkpool?size=1G"; else set --; fi
+    env LD_PRELOAD=$lib FMEM_PRELOAD_STATS="$tmp/sizes.stats" "$@" "$tests/preload_sizes" \
+        >"$tmp/sizes.out" 2>&1
+    rc=$?
+    allocs=$(sed -n 's/.* large_allocs=\([0-9]*\).*/\1/p' "$tmp/sizes.stats" 2>/dev/null | sort -n | tail -n 1)
+    fbs=$(sed -n 's/.* fallbacks=\([0-9]*\).*/\1/p' "$tmp/sizes.stats" 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+    if [ $rc -eq 0 ] && [ "${allocs:-0}" -ge 300 ] && [ "$fbs" -eq 0 ]; then
+        ok "sizes, $where pool: $(tail -n 1 "$tmp/sizes.out"), $allocs pool blocks"
+    else
+        bad "sizes, $where pool: rc=$rc allocs=$allocs fallbacks=$fbs"; cat "$tmp/sizes.out" "$tmp/sizes.stats"
+    fi
+    "$tests/pool_status" -u "$checkpool" 2>/dev/null
+done
+set --
+
+# a request larger than the pool's room: the system allocator serves it,
+# and the counters say why
+rm -f "$tmp/room.stats"
+out=$(LD_PRELOAD=$lib FMEM_PRELOAD_URI="mem:?size=64M" FMEM_PRELOAD_STATS="$tmp/room.stats" \
+    "$tests/preload_env" -k free 100000000 2>&1)
+if [ "$out" = done ] && grep -q ' fallbacks=1 .*no_room=1 ' "$tmp/room.stats"; then
+    ok "100 MB on a 64 MiB pool: served by the system, counted (no_room=1)"
+else
+    bad "no room: out=$out stats: $(cat "$tmp/room.stats" 2>&1)"
+fi
+
 # fork from one thread while another opens the pool: no child hangs
 # (on a named pool: a child's block is "in a pool" when it is in a data file)
 if LD_PRELOAD=$lib FMEM_PRELOAD_URI="$checkpool?size=256M" "$tests/preload_fork_open" 40 \
@@ -59,6 +90,13 @@ if LD_PRELOAD=$lib FMEM_PRELOAD_URI="$checkpool?size=256M" "$tests/preload_fork_
     ok "$(tail -n 1 "$tmp/forkopen.out")"
 else
     bad "preload_fork_open"; cat "$tmp/forkopen.out"
+fi
+# the same on the default private pool (its blocks: one anonymous mapping
+# of 2 GiB and more)
+if LD_PRELOAD=$lib "$tests/preload_fork_open" 20 >"$tmp/forkopen.out" 2>&1; then
+    ok "default pool: $(tail -n 1 "$tmp/forkopen.out")"
+else
+    bad "preload_fork_open, default pool"; cat "$tmp/forkopen.out"
 fi
 
 # inputs: 3 MB of numbers in a fixed pseudo-random order (kept small: the
