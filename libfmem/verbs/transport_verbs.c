@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "fmem.h"
 #include "transport.h"
@@ -41,6 +42,7 @@ struct verbs_conn {
     struct ibv_mr *mr;
     char *bounce;
     bool broken; /* the NIC refused a request: the QP is in the error state */
+    uint32_t peer_qp; /* the memory node's end of this queue pair */
 };
 
 struct verbs_transport {
@@ -163,6 +165,7 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct ver
         return rc;
     if (w->magic != VERBS_MAGIC || w->version != VERBS_VERSION || w->size < w->meta_size)
         return FMEM_ECORRUPT;
+    c->peer_qp = w->qp_num;
     return 0;
 }
 
@@ -469,4 +472,132 @@ void verbs_transport_set_keys(struct transport *t, uint32_t meta_rkey, uint32_t 
 uint32_t verbs_transport_mr_rkey(const struct transport *t)
 {
     return ((const struct verbs_transport *)t)->w.mr_rkey;
+}
+
+/* ---- type-2B windows (verbs_proto.h) ---------------------------------------- */
+
+unsigned verbs_transport_mw_type(const struct transport *t)
+{
+    return ((const struct verbs_transport *)t)->w.mw_type == 2 ? 2 : 1;
+}
+
+static struct verbs_conn *my_conn(struct verbs_transport *v)
+{
+    if (tl_conn < 0)
+        tl_conn = (int)(atomic_fetch_add(&conn_rr, 1) % v->nconn);
+    return &v->conn[tl_conn];
+}
+
+uint32_t verbs_transport_peer_qp(struct transport *t)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    struct verbs_conn *c = my_conn(v);
+    pthread_mutex_lock(&c->lock);
+    if (c->broken)
+        conn_reset(v, c);
+    uint32_t q = c->broken ? 0 : c->peer_qp;
+    pthread_mutex_unlock(&c->lock);
+    return q;
+}
+
+/* Wait (under c->lock) until the completions named in `want` (bit i: wr_id
+ * i) have come, at most 5 s; 0, or FMEM_EIO / FMEM_EACCES. */
+static int wait_wrs(struct verbs_transport *v, struct verbs_conn *c, unsigned want)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (want) {
+        struct ibv_wc wc;
+        int k = ibv_poll_cq(c->cq, 1, &wc);
+        if (k < 0)
+            return FMEM_EIO;
+        if (k == 1) {
+            if (wc.status != IBV_WC_SUCCESS) {
+                c->broken = true;
+                if (getenv("FMEM_DEBUG"))
+                    fprintf(stderr, "fmem: rdma: %s\n", ibv_wc_status_str(wc.status));
+                if (wc.status == IBV_WC_REM_ACCESS_ERR)
+                    atomic_fetch_add(&v->refused, 1);
+                return wc.status == IBV_WC_REM_ACCESS_ERR ? FMEM_EACCES : FMEM_EIO;
+            }
+            want &= ~(1u << wc.wr_id);
+            continue;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 5) {
+            c->broken = true; /* its receive may still be posted: start afresh */
+            return FMEM_EIO;
+        }
+    }
+    return 0;
+}
+
+int verbs_transport_bind2(struct transport *t, uint64_t off, uint64_t len, uint32_t app_qp,
+                          uint32_t *rkey)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    if (v->w.mw_type != 2 || !t->wkeys_off)
+        return FMEM_ENOTSUP; /* no such service on this node, or not a service */
+    if (off < t->meta_size || off > t->size || len == 0 || len > t->size - off)
+        return FMEM_EINVAL;
+    struct verbs_conn *c = my_conn(v);
+    pthread_mutex_lock(&c->lock);
+    int rc = c->broken ? conn_reset(v, c) : 0;
+    if (rc == 0) {
+        /* the answer lands at the start of the bounce buffer, the request
+         * goes from behind it */
+        struct verbs_mw2_req q = {.op = VERBS_MW2_BIND, .qp_num = app_qp,
+                                  .addr = v->w.base + off, .len = len};
+        memcpy(c->bounce + 64, &q, sizeof q);
+        struct ibv_sge rs = {.addr = (uintptr_t)c->bounce, .length = 64, .lkey = c->mr->lkey},
+                       ss = {.addr = (uintptr_t)c->bounce + 64, .length = sizeof q,
+                             .lkey = c->mr->lkey};
+        struct ibv_recv_wr rw = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *rbad;
+        struct ibv_send_wr sw = {.wr_id = 0, .sg_list = &ss, .num_sge = 1,
+                                 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+                           *sbad;
+        if (ibv_post_recv(c->id->qp, &rw, &rbad) || ibv_post_send(c->id->qp, &sw, &sbad)) {
+            c->broken = true;
+            rc = FMEM_EIO;
+        }
+        if (rc == 0)
+            rc = wait_wrs(v, c, 3);
+        struct verbs_mw2_rep a;
+        memcpy(&a, c->bounce, sizeof a);
+        if (rc == 0)
+            rc = a.status;
+        if (rc == 0)
+            *rkey = a.rkey;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int verbs_transport_revoke2(struct transport *t, uint32_t rkey)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    if (v->w.mw_type != 2 || !t->wkeys_off)
+        return FMEM_ENOTSUP;
+    struct verbs_conn *c = my_conn(v);
+    pthread_mutex_lock(&c->lock);
+    int rc = c->broken ? conn_reset(v, c) : 0;
+    if (rc == 0) {
+        struct verbs_mw2_req q = {.op = VERBS_MW2_REVOKE};
+        memcpy(c->bounce + 64, &q, sizeof q);
+        struct ibv_sge ss = {.addr = (uintptr_t)c->bounce + 64, .length = sizeof q,
+                             .lkey = c->mr->lkey};
+        struct ibv_send_wr sw = {.wr_id = 0, .sg_list = &ss, .num_sge = 1,
+                                 .opcode = IBV_WR_SEND_WITH_INV,
+                                 .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = rkey},
+                           *sbad;
+        if (ibv_post_send(c->id->qp, &sw, &sbad)) {
+            c->broken = true;
+            rc = FMEM_EIO;
+        } else {
+            /* acknowledged: the responder invalidated the window first */
+            rc = wait_wrs(v, c, 1);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }
