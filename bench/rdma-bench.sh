@@ -64,6 +64,13 @@ echo "CPUs: servers ${srv_cpu:-unpinned}, clients ${cli_cpu:-unpinned}"
 # shellcheck disable=SC2086
 $cli_cpu "$B/bench/fmem-rdmabench" --fmem "rdma://$addr:7481?token=$token" --baseline $addr:7482 \
     $rdma_args || rc=$((rc + 2))
+# the same fmem with its allocation's log flush waited for (as before the
+# flush was posted without waiting), same memory node, same boot
+echo
+echo "== fmem-rdmabench, fmem with FMEM_VERBS_WAIT_POSTS=1 (the allocation waits for its log flush) =="
+# shellcheck disable=SC2086
+FMEM_VERBS_WAIT_POSTS=1 $cli_cpu "$B/bench/fmem-rdmabench" --fmem "rdma://$addr:7481?token=$token" \
+    --allocators fmem $rdma_args || rc=$((rc + 4))
 kill $mnode $serve
 wait $mnode $serve
 echo "memory node at exit: $(grep -v '^ready' $vlog | tr '\n' ' ')"

@@ -33,6 +33,8 @@ rc=0
 "$B/tests/test_crash" -j1 || rc=$((rc | 1))
 export FMEM_TEST_RDMA="192.168.77.1 7471 $token" FMEM_TEST_RXE=1
 "$B/tests/rdma/test_security" || rc=$((rc + 2))
+# the allocation's posted log flush: fewer round trips, frees from other threads
+"$B/tests/rdma/test_flush_rdma" -j1 || rc=$((rc | 1))
 # a second memory node with type-2B windows bound to applications' queue pairs
 "$B/tools/fmem-mnode" --pool "shm:/fmem-rdma-mw2?size=8M" --socket /tmp/fmem-mnode-mw2.sock \
     --rdma 192.168.77.1:7472 --token /tmp/fmem-rdma-mw2.token --mw type2 -v \
