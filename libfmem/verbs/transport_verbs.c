@@ -668,7 +668,7 @@ int verbs_transport_revoke2(struct transport *t, uint32_t rkey)
     pthread_mutex_lock(&c->lock);
     int rc = c->broken ? conn_reset(v, c) : 0;
     if (rc == 0) {
-        struct verbs_mw2_req q = {.op = VERBS_MW2_REVOKE};
+        struct verbs_mw2_req q = {.op = VERBS_MW2_REVOKE, .rkey = rkey};
         memcpy(c->bounce + 64, &q, sizeof q);
         struct ibv_sge ss = {.addr = (uintptr_t)c->bounce + 64, .length = sizeof q,
                              .lkey = c->mr->lkey};

@@ -238,9 +238,15 @@ static void received(struct mw2 *m, const struct ibv_wc *wc)
     struct svc_slot *s = &m->svc[slot];
     if (!s->qp || s->qpn != wc->qp_num || wc->status != IBV_WC_SUCCESS)
         return; /* flushed, or from a queue pair that is gone */
-    if (wc->wc_flags & IBV_WC_WITH_INV) {
-        /* the NIC invalidated the window already: keep it for reuse */
-        struct ibv_mw *mw = bound_take(m, wc->invalidated_rkey);
+    struct verbs_mw2_req q = {0};
+    if (wc->byte_len >= sizeof q)
+        memcpy(&q, s->recv[r], sizeof q);
+    if (q.op == VERBS_MW2_REVOKE || (wc->wc_flags & IBV_WC_WITH_INV)) {
+        /* a SEND_WITH_INV: the NIC invalidated the window before this
+         * completion; keep the window for reuse (a window that was not
+         * invalidated fails its next bind and is dropped then) */
+        uint32_t k = wc->wc_flags & IBV_WC_WITH_INV ? wc->invalidated_rkey : q.rkey;
+        struct ibv_mw *mw = bound_take(m, k);
         if (mw) {
             atomic_fetch_add(&m->revokes, 1);
             if (m->nspare == m->cspare) {
@@ -254,11 +260,8 @@ static void received(struct mw2 *m, const struct ibv_wc *wc)
             else
                 ibv_dealloc_mw(mw);
         }
-    } else if (wc->byte_len >= sizeof(struct verbs_mw2_req)) {
-        struct verbs_mw2_req q;
-        memcpy(&q, s->recv[r], sizeof q);
-        if (q.op == VERBS_MW2_BIND)
-            bind_request(m, slot, &q);
+    } else if (q.op == VERBS_MW2_BIND) {
+        bind_request(m, slot, &q);
     }
     if (post_recv(m, slot, r) && getenv("FMEM_DEBUG"))
         fprintf(stderr, "fmem: rdma memory node: cannot re-post a receive\n");

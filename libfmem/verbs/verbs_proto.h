@@ -76,6 +76,9 @@ struct verbs_mw2_req {
     uint32_t qp_num; /* BIND: the application's connection (its welcome's qp_num) */
     uint64_t addr;   /* BIND: remote address of the range (in the data) */
     uint64_t len;    /* BIND: its bytes */
+    uint32_t rkey;   /* REVOKE: the key the SEND_WITH_INV invalidated (rxe's
+                      * receive completions do not carry IBV_WC_WITH_INV) */
+    uint32_t pad;
 };
 struct verbs_mw2_rep {
     int32_t status; /* 0, or an FMEM_E* code */

@@ -141,6 +141,10 @@ Test(mw2, revoked_key_is_refused_and_a_rebind_has_a_new_key)
         qa = verbs_transport_peer_qp(a);
         cr_assert_eq(verbs_transport_bind2(s, off, h.length, qa, &k2), 0);
         cr_assert_neq(k2, k1, "a re-bound window kept its key");
+        /* the memory node kept the invalidated window for this bind (same
+         * window index, the key's upper 24 bits; only one bind at a time
+         * here): revocation took no window from the device */
+        cr_assert_eq(k2 >> 8, k1 >> 8, "the revoked window was not reused (%x, %x)", k1, k2);
         works(a, off, k2, secret, "the new key");
         cr_assert_eq(verbs_transport_revoke2(s, k2), 0);
         refused(a, off, k2, "the second revoked key");
