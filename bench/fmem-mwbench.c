@@ -8,7 +8,10 @@
  *        (MW_BIND | LOCAL_WRITE), up to the bind completion
  *   MW2  a type-2 window: ibv_post_send IBV_WR_BIND_MW with ibv_inc_rkey's
  *        new key up to its completion, then IBV_WR_LOCAL_INV up to its
- *        completion (only when the device has MEM_WINDOW_TYPE_2B)
+ *        completion (only when the device has MEM_WINDOW_TYPE_2B); and the
+ *        same bind revoked remotely: a SEND_WITH_INV naming the key, up to
+ *        its completion and the receiver's (what a service does to an
+ *        application's window on a --mw type2 memory node)
  *
  * Binds are posted on an RC queue pair connected to itself (loopback on the
  * same port) and completions are busy-polled. Memory is plain page-aligned
@@ -42,7 +45,7 @@
 static const size_t sizes[] = { 4u << 10, 64u << 10, 2u << 20, 4u << 20 };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
-enum { WR_BIND1 = 1, WR_BIND2, WR_INV2, WR_READ };
+enum { WR_BIND1 = 1, WR_BIND2, WR_INV2, WR_READ, WR_RINV2, WR_RECV };
 
 struct ctx {
     struct ibv_context *verbs;
@@ -63,7 +66,7 @@ struct ctx {
 
 struct row {
     size_t size;
-    struct stat_ns mr, mr_reg, mr_dereg, mw1, mw1_rev, mw2_bind, mw2_inv;
+    struct stat_ns mr, mr_reg, mr_dereg, mw1, mw1_rev, mw2_bind, mw2_inv, mw2_rinv;
     bool check_mw1, check_mw2;
 };
 
@@ -325,6 +328,47 @@ static void inv_mw2(struct ctx *c, uint32_t rkey)
     expect_success(c, WR_INV2, "local invalidate");
 }
 
+/* Remote invalidation: a SEND_WITH_INV naming rkey arrives at the QP's own
+ * responder (it is connected to itself), which invalidates the window
+ * before it acknowledges; wait for the send and the receive completion. */
+static void rinv_mw2(struct ctx *c, uint32_t rkey)
+{
+    struct ibv_sge rs = { .addr = (uintptr_t)c->buf_chk + 2048, .length = 64, .lkey = c->mr_chk->lkey },
+                   ss = { .addr = (uintptr_t)c->buf_chk + 3072, .length = 8, .lkey = c->mr_chk->lkey };
+    struct ibv_recv_wr rw = { .wr_id = WR_RECV, .sg_list = &rs, .num_sge = 1 }, *rbad;
+    if ((errno = ibv_post_recv(c->qp, &rw, &rbad)))
+        die("ibv_post_recv");
+    struct ibv_send_wr wr = {
+        .wr_id = WR_RINV2, .opcode = IBV_WR_SEND_WITH_INV, .send_flags = IBV_SEND_SIGNALED,
+        .sg_list = &ss, .num_sge = 1, .invalidate_rkey = rkey,
+    };
+    post(c, &wr, "ibv_post_send SEND_WITH_INV");
+    bool sent = false, got = false;
+    uint64_t deadline = now_ns() + 10000000000u;
+    while (!sent || !got) {
+        struct ibv_wc wc;
+        int n = ibv_poll_cq(c->cq, 1, &wc);
+        if (n < 0)
+            die("ibv_poll_cq");
+        if (n == 0) {
+            if (now_ns() > deadline) {
+                fprintf(stderr, "fmem-mwbench: SEND_WITH_INV did not complete in 10 s\n");
+                exit(1);
+            }
+            continue;
+        }
+        /* (rxe's receive completion does not set IBV_WC_WITH_INV: the
+         * invalidation is checked by a READ after the loop) */
+        if (wc.status != IBV_WC_SUCCESS || (wc.wr_id != WR_RECV && wc.wr_id != WR_RINV2)) {
+            fprintf(stderr, "fmem-mwbench: remote invalidate: work request %" PRIu64 ": %s\n",
+                    (uint64_t)wc.wr_id, ibv_wc_status_str(wc.status));
+            exit(1);
+        }
+        sent |= wc.wr_id == WR_RINV2;
+        got |= wc.wr_id == WR_RECV;
+    }
+}
+
 /* RDMA READ of the last CHECK_LEN bytes of a window of `size` bytes through
  * `rkey`; returns the completion status (data compared when it succeeded) */
 static enum ibv_wc_status read_on(struct ctx *c, struct ibv_qp *qp, uint32_t rkey, size_t size,
@@ -495,8 +539,9 @@ int main(int argc, char **argv)
     size_t total = (size_t)(warmup + iters);
     uint64_t *t_mr = calloc(total, sizeof *t_mr), *t_reg = calloc(total, sizeof *t_reg),
              *t_dereg = calloc(total, sizeof *t_dereg), *t_mw1 = calloc(total, sizeof *t_mw1),
-             *t_bind2 = calloc(total, sizeof *t_bind2), *t_inv2 = calloc(total, sizeof *t_inv2);
-    if (!t_mr || !t_reg || !t_dereg || !t_mw1 || !t_bind2 || !t_inv2)
+             *t_bind2 = calloc(total, sizeof *t_bind2), *t_inv2 = calloc(total, sizeof *t_inv2),
+             *t_rinv2 = calloc(total, sizeof *t_rinv2);
+    if (!t_mr || !t_reg || !t_dereg || !t_mw1 || !t_bind2 || !t_inv2 || !t_rinv2)
         die("calloc");
     struct row rows[NSIZES];
     memset(rows, 0, sizeof rows);
@@ -567,6 +612,14 @@ int main(int argc, char **argv)
             }
             r->mw2_bind = samples_summarize(t_bind2 + warmup, (size_t)iters);
             r->mw2_inv = samples_summarize(t_inv2 + warmup, (size_t)iters);
+            for (size_t k = 0; k < total; k++) {
+                rkey2 = ibv_inc_rkey(rkey2);
+                bind_mw2(&c, mw2, rkey2, size);
+                uint64_t t0 = now_ns();
+                rinv_mw2(&c, rkey2);
+                t_rinv2[k] = now_ns() - t0;
+            }
+            r->mw2_rinv = samples_summarize(t_rinv2 + warmup, (size_t)iters);
             /* one more bind, unmeasured, to read through it */
             rkey2 = ibv_inc_rkey(rkey2);
             bind_mw2(&c, mw2, rkey2, size);
@@ -577,7 +630,7 @@ int main(int argc, char **argv)
                         ibv_wc_status_str(st), st == IBV_WC_SUCCESS ? ", wrong data" : "");
                 return 1;
             }
-            inv_mw2(&c, rkey2);
+            rinv_mw2(&c, rkey2); /* the final check READs with this key */
             r->check_mw2 = true;
         }
     }
@@ -622,6 +675,7 @@ int main(int argc, char **argv)
             if (c.mw2_ok) {
                 json_stat("mw2_bind", &r->mw2_bind, false);
                 json_stat("mw2_local_inv", &r->mw2_inv, false);
+                json_stat("mw2_remote_inv", &r->mw2_rinv, false);
                 printf("\"ratio_mr_mw2\":%.2f,", r->mr.median / r->mw2_bind.median);
             }
             printf("\"checked\":%s}", (!c.mw1_ok || r->check_mw1) && (!c.mw2_ok || r->check_mw2) ? "true" : "false");
@@ -661,15 +715,28 @@ int main(int argc, char **argv)
     }
     if (c.mw1_ok || c.mw2_ok) {
         printf("revoking a key and making the block reachable again, medians: type 1 (destroy,\n"
-               "  allocate, bind: what fmem's memory node does) vs type 2B (local invalidate + bind):");
+               "  allocate, bind: what fmem's memory node does) vs type 2B (local invalidate + bind)\n"
+               "  vs type 2B (remote invalidate by SEND_WITH_INV + bind):");
         for (size_t si = 0; si < NSIZES; si++) {
-            char sz[24], a[16] = "-", b[16] = "-";
+            char sz[24], a[16] = "-", b[16] = "-", d[16] = "-";
             print_size(sz, sizeof sz, rows[si].size);
             if (c.mw1_ok)
                 snprintf(a, sizeof a, "%.2f", us(rows[si].mw1_rev.median));
-            if (c.mw2_ok)
+            if (c.mw2_ok) {
                 snprintf(b, sizeof b, "%.2f", us(rows[si].mw2_inv.median + rows[si].mw2_bind.median));
-            printf("%s %s %s vs %s", si ? "," : "", sz, a, b);
+                snprintf(d, sizeof d, "%.2f", us(rows[si].mw2_rinv.median + rows[si].mw2_bind.median));
+            }
+            printf("%s %s %s vs %s vs %s", si ? "," : "", sz, a, b, d);
+        }
+        printf("\n");
+    }
+    if (c.mw2_ok) {
+        printf("type 2B invalidation alone, medians: local vs remote (SEND_WITH_INV):");
+        for (size_t si = 0; si < NSIZES; si++) {
+            char sz[24];
+            print_size(sz, sizeof sz, rows[si].size);
+            printf("%s %s %.2f vs %.2f", si ? "," : "", sz, us(rows[si].mw2_inv.median),
+                   us(rows[si].mw2_rinv.median));
         }
         printf("\n");
     }
@@ -682,6 +749,6 @@ int main(int argc, char **argv)
     printf("\n");
     if (c.mw1_ok || c.mw2_ok)
         printf("checks: READ through every bound window returned the data%s%s\n",
-               c.mw2_ok ? "; READ with an invalidated type-2 key: " : "", c.mw2_ok ? dead : "");
+               c.mw2_ok ? "; READ with a type-2 key invalidated by SEND_WITH_INV: " : "", c.mw2_ok ? dead : "");
     return 0;
 }

@@ -64,6 +64,19 @@ echo "CPUs: servers ${srv_cpu:-unpinned}, clients ${cli_cpu:-unpinned}"
 # shellcheck disable=SC2086
 $cli_cpu "$B/bench/fmem-rdmabench" --fmem "rdma://$addr:7481?token=$token" --baseline $addr:7482 \
     $rdma_args || rc=$((rc + 2))
+# fmem alone (no baselines competing for the memory node's CPU), with its
+# allocation's log flush posted (the default) and waited for
+# (FMEM_VERBS_WAIT_POSTS=1, as before posting), same memory node, same boot,
+# in the order posted, waited, posted so that drift shows
+for mode in posted waited posted; do
+    echo
+    echo "== fmem-rdmabench, fmem alone, log flush $mode =="
+    wp=0
+    [ $mode = waited ] && wp=1
+    # shellcheck disable=SC2086
+    FMEM_VERBS_WAIT_POSTS=$wp $cli_cpu "$B/bench/fmem-rdmabench" \
+        --fmem "rdma://$addr:7481?token=$token" --allocators fmem $rdma_args || rc=$((rc + 4))
+done
 kill $mnode $serve
 wait $mnode $serve
 echo "memory node at exit: $(grep -v '^ready' $vlog | tr '\n' ' ')"

@@ -106,6 +106,22 @@ static int judge(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, 
     return 0;
 }
 
+/* An allocation's flush may still be on its way (redolog.c posts it without
+ * waiting, on the allocating thread's queue pair): if the span header `h`
+ * still holds the log of this very block and the entry `e` lacks it, flush
+ * it from the header and read the entry again. Only chunk-layer blocks are
+ * flushed that way. */
+static int settle(struct node *n, uint64_t chunk, unsigned log2c, uint64_t h, uint64_t *e)
+{
+    uint64_t c, want;
+    if (n->log_none || log2c > 4 ||
+        !log_expected_span(chunk / CHUNKS_PER_SPAN, h, &c, &want) || c != chunk ||
+        log_op(*e) == want || !log_alloc(want))
+        return 0;
+    log_flush_span_now(n, chunk / CHUNKS_PER_SPAN, h);
+    return tp_read(n->tp, log_off(n, chunk), e, 8);
+}
+
 static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t *capv)
 {
     uint64_t cap, e = 0;
@@ -117,7 +133,13 @@ static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, 
     if (rc)
         return rc;
     *capv = cap;
-    return judge(n, chunk, log2c, rkey, cap, e);
+    rc = judge(n, chunk, log2c, rkey, cap, e);
+    uint64_t h;
+    if (rc == FMEM_EBADHANDLE && log2c <= 4 && !n->log_none &&
+        tp_read(n->tp, span_hdr_off(n, chunk / CHUNKS_PER_SPAN), &h, 8) == 0 &&
+        settle(n, chunk, log2c, h, &e) == 0)
+        rc = judge(n, chunk, log2c, rkey, cap, e);
+    return rc;
 }
 
 int node_check_access(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
@@ -421,6 +443,8 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
         return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
     if (!n->log_none && log_quarantined(e))
         return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
+    if ((rc = settle(n, chunk, log2c, h, &e)) != 0)
+        return rc;
     rc = judge(n, chunk, log2c, rkey, cap, e);
     if (rc)
         return rc;

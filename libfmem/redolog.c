@@ -123,7 +123,23 @@ unsigned log_next_ts(uint64_t h, bool prev_alloc, bool alloc)
  * make successive entries of a block distinct, so the CAS cannot ABA. */
 _Thread_local struct key_read log_key_read;
 
-static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64_t h, bool commit)
+/* The calling thread's last allocation whose flush it posted without
+ * waiting (tp_post): its next batch on that node's transport executes after
+ * the flush, so it need not flush that header value again. Other threads
+ * (other queue pairs) do not know it and flush it themselves. */
+static _Thread_local struct {
+    const struct node *n;
+    uint64_t hdr_off, h, lost;
+} posted_flush;
+
+static bool own_posted_flush(const struct node *n, uint64_t hdr_off, uint64_t h)
+{
+    return posted_flush.n == n && posted_flush.hdr_off == hdr_off && posted_flush.h == h &&
+           posted_flush.lost == tp_post_lost(n->tp);
+}
+
+/* Returns true when the flush was posted without waiting for it. */
+static bool flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64_t h, bool commit)
 {
     const uint64_t logmask = ((UINT64_C(1) << 29) - 1) << H_OFF_SHIFT;
     uint64_t want = log_make(t->alloc, t->layer, t->log2_chunks, t->ts, t->uid);
@@ -152,11 +168,17 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
     if (key_too)
         ops[nops++] = (struct tp_op){.kind = TP_READ, .off = key_off(n, t->chunk, t->log2_chunks),
                                      .buf = &key, .len = 8};
+    /* The flush of node_alloc's own allocation, right after its commit read
+     * the entry: posted without waiting (the allocation returns a round trip
+     * earlier). Until it lands the header holds the log, and whoever needs
+     * the entry flushes it from there (alloc.c: settle), as after a crash
+     * between commit and flush. */
+    bool post = have;
     for (int tries = 0; tries < 64; tries++) {
         if (have)
             have = false;
         else if (tp_batch(n->tp, ops, nops) < 0)
-            return;
+            return false;
         if (key_too) {
             log_key_read = (struct key_read){.armed = true, .done = true, .chunk = t->chunk,
                                              .log2c = t->log2_chunks, .key = key};
@@ -164,24 +186,44 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
             nops--;
         }
         if (log_op(e) == want) /* a quarantine mark is newer than its allocation */
-            return;
+            return false;
         if ((cur_hdr & logmask) != (h & logmask))
-            return;
+            return false;
         if (section_domain && !h_detached(cur_span))
-            return;
+            return false;
         CRASH_POINT(CP_FLUSH_READ);
-        int r = tp_cas(n->tp, eoff, e, want, NULL);
-        tp_trace.log_cas++;
+        int r;
+        if (post) {
+            post = false;
+            uint64_t lost = tp_post_lost(n->tp);
+            struct tp_op op = {.kind = TP_CAS, .off = eoff, .expect = e, .desired = want};
+            r = tp_post(n->tp, &op);
+            tp_trace.log_cas++;
+            if (r == 0) {
+                posted_flush.n = n;
+                posted_flush.hdr_off = hdr_off;
+                posted_flush.h = h;
+                posted_flush.lost = lost;
+                return true;
+            }
+            if (r == 1)
+                r = op.old == e;
+        } else {
+            r = tp_cas(n->tp, eoff, e, want, NULL);
+            tp_trace.log_cas++;
+        }
         if (r != 0)
-            return; /* written, or a transport error */
+            return false; /* written, or a transport error */
     }
+    return false;
 }
 
 void log_flush_span(struct node *n, uint64_t s, uint64_t h)
 {
     if (n->log_none)
         return;
-    if (atomic_load_explicit(&n->span_flushed[s], memory_order_relaxed) == h)
+    if (atomic_load_explicit(&n->span_flushed[s], memory_order_relaxed) == h ||
+        own_posted_flush(n, span_hdr_off(n, s), h))
         return;
     struct tlog t = span_tlog(s, h);
     if (t.valid && tlog_in_pool(n, &t))
@@ -210,8 +252,8 @@ void log_commit_span(struct node *n, uint64_t s, uint64_t h)
     if (n->log_none)
         return;
     struct tlog t = span_tlog(s, h);
-    if (t.valid && tlog_in_pool(n, &t))
-        flush(n, &t, span_hdr_off(n, s), h, true);
+    if (t.valid && tlog_in_pool(n, &t) && flush(n, &t, span_hdr_off(n, s), h, true))
+        return; /* posted: not known flushed to other threads */
     atomic_store_explicit(&n->span_flushed[s], h, memory_order_relaxed);
 }
 

@@ -111,6 +111,34 @@ int tp_cas(struct transport *t, uint64_t off, uint64_t expect, uint64_t desired,
     return op.old == expect;
 }
 
+int tp_post(struct transport *t, struct tp_op *op)
+{
+    if (!t->ops->post || op->kind != TP_CAS) {
+        int rc = tp_batch(t, op, 1);
+        return rc < 0 ? rc : 1;
+    }
+    int rc = t->ops->post(t, op);
+    if (rc == 0) { /* in flight: a CAS, no round trip of the caller's */
+        tp_trace.cas++;
+        atomic_fetch_add_explicit(&t->n_cas, 1, memory_order_relaxed);
+    } else if (rc == 1) { /* the transport waited for it: count it as tp_batch does */
+        bool fail = op->old != op->expect;
+        tp_trace.cas++;
+        tp_trace.cas_fail += fail;
+        tp_trace.round_trips++;
+        atomic_fetch_add_explicit(&t->n_cas, 1, memory_order_relaxed);
+        if (fail)
+            atomic_fetch_add_explicit(&t->n_cas_fail, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->n_rtts, 1, memory_order_relaxed);
+    }
+    return rc;
+}
+
+uint64_t tp_post_lost(struct transport *t)
+{
+    return t->ops->post_lost ? t->ops->post_lost(t) : 0;
+}
+
 void tp_close(struct transport *t)
 {
     if (t)

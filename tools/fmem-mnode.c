@@ -34,6 +34,8 @@ static int usage(FILE *f)
             "  --rdma ADDR:PORT    serve the pool over RDMA verbs instead of handing its\n"
             "                      files to local services: a memory window per block,\n"
             "                      services connect with rdma://ADDR:PORT?token=FILE\n"
+            "  --mw type1|type2    with --rdma: applications' block windows; type2 binds\n"
+            "                      them to the application's queue pair (default type1)\n"
             "  --token FILE        where to write the services' token (default:\n"
             "                      the socket path + .token, mode 0600)\n"
             "  -v, --verbose\n"
@@ -63,7 +65,7 @@ int main(int argc, char **argv)
         {"heartbeat-ms", 1, 0, 'H'}, {"miss", 1, 0, 'M'}, {"regen-ms", 1, 0, 'r'},
         {"allow-uid", 1, 0, 'u'},  {"no-fence", 0, 0, 'F'}, {"verbose", 0, 0, 'v'},
         {"rdma", 1, 0, 'R'},       {"token", 1, 0, 'T'},  {"help", 0, 0, 'h'},
-        {"version", 0, 0, 'V'},
+        {"version", 0, 0, 'V'},    {"mw", 1, 0, 'W'},
         {0, 0, 0, 0}};
     int o;
     opterr = 0; /* cli_bad_option says it in one line */
@@ -84,6 +86,11 @@ int main(int argc, char **argv)
         case 'F': c.no_fence = true; break;
         case 'R': c.rdma_addr = optarg; break;
         case 'T': c.token_path = optarg; break;
+        case 'W':
+            if (strcmp(optarg, "type1") && strcmp(optarg, "type2"))
+                return cli_error("fmem-mnode", "--mw: type1 or type2");
+            c.mw_type2 = !strcmp(optarg, "type2");
+            break;
         case 'v': c.verbose = true; break;
         case 'h': return usage(stdout);
         case 'V': return cli_version("fmem-mnode");
@@ -96,6 +103,8 @@ int main(int argc, char **argv)
         return cli_error("fmem-mnode", "--pool and --socket are required");
     if (!c.heartbeat_ms || !c.miss_limit || !c.regen_ms)
         return cli_error("fmem-mnode", "--heartbeat-ms, --miss and --regen-ms must not be 0");
+    if (c.mw_type2 && !c.rdma_addr)
+        return cli_error("fmem-mnode", "--mw type2 needs --rdma");
     char token[4200];
     if (c.rdma_addr && !c.token_path) {
         snprintf(token, sizeof token, "%s.token", c.socket_path);

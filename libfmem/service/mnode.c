@@ -667,7 +667,8 @@ static int start_rdma(struct mnode *m)
         say(m, "--rdma %s: want ADDR:PORT", m->cfg->rdma_addr);
         return FMEM_EURI;
     }
-    int rc = verbs_server_start(m->node->tp, addr, port, m->cfg->token_path, &m->vs);
+    int rc = verbs_server_start(m->node->tp, addr, port, m->cfg->token_path,
+                                m->cfg->mw_type2 ? VERBS_SERVER_MW_TYPE2 : 0, &m->vs);
     if (rc) {
         say(m, "rdma %s: %s", m->cfg->rdma_addr, fmem_strerror(rc));
         return rc;
@@ -684,8 +685,9 @@ static int start_rdma(struct mnode *m)
     }
     struct verbs_server_stats st;
     verbs_server_get_stats(m->vs, &st);
-    say(m, "rdma: serving on %s, %llu windows bound in %.1f ms, token in %s", m->cfg->rdma_addr,
-        (unsigned long long)st.windows, st.setup_ns / 1e6, m->cfg->token_path);
+    say(m, "rdma: serving on %s, %llu windows bound in %.1f ms, token in %s, "
+        "applications' windows type %u", m->cfg->rdma_addr, (unsigned long long)st.windows,
+        st.setup_ns / 1e6, m->cfg->token_path, st.mw_type);
     return m->vs_started ? 0 : FMEM_EIO;
 #else
     say(m, "built without rdma-core: --rdma is not available");

@@ -24,6 +24,8 @@ struct mnode_config {
     uid_t allow_uid;           /* besides root and our own uid; -1: none */
     const char *rdma_addr;     /* ADDR:PORT: serve the pool over RDMA verbs */
     const char *token_path;    /*  and write the services' token here */
+    bool mw_type2;             /*  applications' windows are type 2B, bound to
+                                *  their queue pair (--mw type2) */
     bool verbose;
     _Atomic int *stop;         /* set non-zero to shut down cleanly */
 };

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "fmem.h"
 #include "transport.h"
@@ -32,6 +33,13 @@
 #define MAX_SGE_BYTES (1u << 20)    /* split reads and writes at 1 MiB */
 #define CM_TIMEOUT_MS 5000
 #define ACK_TIMEOUT 15 /* 4.096 us << 15 per try */
+/* Posted CASes (verbs_post) wait in the send queue, unsignaled, for the
+ * next batch; their results land in the bounce buffer's last page, which
+ * batches do not use. */
+#define POSTED_MAX 32
+#define POSTED_AREA 4096u
+#define BOUNCE_CHAIN (BOUNCE_SIZE - POSTED_AREA)
+#define POSTED_WR_ID UINT64_MAX
 
 struct verbs_conn {
     pthread_mutex_t lock;
@@ -41,6 +49,9 @@ struct verbs_conn {
     struct ibv_mr *mr;
     char *bounce;
     bool broken; /* the NIC refused a request: the QP is in the error state */
+    uint32_t peer_qp; /* the memory node's end of this queue pair */
+    unsigned posted;  /* unsignaled posts not yet followed by a completion */
+    unsigned posted_seq;
 };
 
 struct verbs_transport {
@@ -54,7 +65,10 @@ struct verbs_transport {
     bool has_src;
     struct verbs_welcome w;
     _Atomic uint64_t refused; /* requests the NIC refused (remote access error) */
+    _Atomic uint64_t posts_lost; /* posts whose queue pair failed before they were known done */
     atomic_bool fenced;       /* the memory node refused our session */
+    bool wait_posts;          /* FMEM_VERBS_WAIT_POSTS=1: posts wait like batches
+                               * (the comparison in bench/rdma-bench.sh) */
 };
 
 static _Atomic unsigned conn_rr;
@@ -163,12 +177,16 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct ver
         return rc;
     if (w->magic != VERBS_MAGIC || w->version != VERBS_VERSION || w->size < w->meta_size)
         return FMEM_ECORRUPT;
+    c->peer_qp = w->qp_num;
     return 0;
 }
 
 /* Replace a queue pair the NIC moved to the error state. */
 static int conn_reset(struct verbs_transport *v, struct verbs_conn *c)
 {
+    if (c->posted)
+        atomic_fetch_add(&v->posts_lost, 1);
+    c->posted = 0;
     conn_close(c);
     struct verbs_welcome w;
     pthread_mutex_lock(&v->ec_lock);
@@ -263,6 +281,9 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
                     ;
             }
             c->broken = true;
+            if (c->posted)
+                atomic_fetch_add(&v->posts_lost, 1);
+            c->posted = 0;
             if (getenv("FMEM_DEBUG"))
                 fprintf(stderr, "fmem: rdma: %s\n", ibv_wc_status_str(wc.status));
             errno = EACCES;
@@ -274,6 +295,7 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
         if (wc.wr_id == n - 1)
             break;
     }
+    c->posted = 0; /* completions come in order: the posts before are done */
     for (size_t i = 0; i < n; i++) {
         if (ops[i].kind == TP_READ)
             memcpy(ops[i].buf, c->bounce + bounce_off[i], ops[i].len);
@@ -325,7 +347,7 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
                 piece.buf = (char *)op->buf + done;
                 piece.len = total - done < MAX_SGE_BYTES ? total - done : MAX_SGE_BYTES;
             }
-            if (nchain == MAX_WR || used + op_bytes(&piece) > BOUNCE_SIZE) {
+            if (nchain + c->posted >= MAX_WR || used + op_bytes(&piece) > BOUNCE_CHAIN) {
                 rc = post_chain(v, c, chain, nchain, bounce_off);
                 if (rc)
                     break;
@@ -351,9 +373,67 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
     return rc;
 }
 
+/* A posted CAS executes once a later request on its queue pair completes:
+ * before closing, read a word so that the posts land. */
+static void drain_posts(struct verbs_transport *v, struct verbs_conn *c)
+{
+    uint64_t w;
+    struct tp_op op = {.kind = TP_READ, .off = 0, .buf = &w, .len = 8};
+    size_t boff;
+    pthread_mutex_lock(&c->lock);
+    if (c->posted && !c->broken && c->id)
+        post_chain(v, c, &op, 1, &boff);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static int verbs_post(struct transport *t, struct tp_op *op)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    if (op->kind != TP_CAS || (t->wkeys_off && op->off >= t->wkeys_off) || (op->off & 7) ||
+        op->off > t->size - 8 || atomic_load(&v->fenced))
+        return FMEM_EINVAL;
+    if (tl_conn < 0)
+        tl_conn = (int)(atomic_fetch_add(&conn_rr, 1) % v->nconn);
+    struct verbs_conn *c = &v->conn[tl_conn];
+    pthread_mutex_lock(&c->lock);
+    int rc = c->broken ? conn_reset(v, c) : 0;
+    if (rc == 0 && (c->posted >= POSTED_MAX || v->wait_posts)) { /* wait for this one */
+        size_t boff;
+        rc = post_chain(v, c, op, 1, &boff);
+        pthread_mutex_unlock(&c->lock);
+        return rc ? rc : 1;
+    }
+    if (rc == 0) {
+        char *res = c->bounce + BOUNCE_CHAIN + 8 * (c->posted_seq++ % (POSTED_AREA / 8));
+        struct ibv_sge sge = {.addr = (uintptr_t)res, .length = 8, .lkey = c->mr->lkey};
+        struct ibv_send_wr wr = {.wr_id = POSTED_WR_ID, .sg_list = &sge, .num_sge = 1,
+                                 .opcode = IBV_WR_ATOMIC_CMP_AND_SWP}, *bad;
+        uint32_t rkey;
+        target(v, op, &wr.wr.atomic.remote_addr, &rkey);
+        wr.wr.atomic.rkey = rkey;
+        wr.wr.atomic.compare_add = op->expect;
+        wr.wr.atomic.swap = op->desired;
+        if (ibv_post_send(c->id->qp, &wr, &bad)) {
+            c->broken = true;
+            rc = FMEM_EIO;
+        } else {
+            c->posted++;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+static uint64_t verbs_post_lost(struct transport *t)
+{
+    return atomic_load(&((struct verbs_transport *)t)->posts_lost);
+}
+
 static void verbs_close(struct transport *t)
 {
     struct verbs_transport *v = (struct verbs_transport *)t;
+    for (unsigned i = 0; i < v->nconn; i++)
+        drain_posts(v, &v->conn[i]);
     for (unsigned i = 0; i < v->nconn; i++) {
         conn_close(&v->conn[i]);
         pthread_mutex_destroy(&v->conn[i].lock);
@@ -364,7 +444,9 @@ static void verbs_close(struct transport *t)
     free(v);
 }
 
-static const struct transport_ops verbs_ops = {.batch = verbs_batch, .close = verbs_close};
+static const struct transport_ops verbs_ops = {.batch = verbs_batch, .close = verbs_close,
+                                               .post = verbs_post,
+                                               .post_lost = verbs_post_lost};
 
 /* The memory node's token: 32 hex digits in a file only services can read. */
 int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES])
@@ -402,6 +484,8 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
     pthread_mutex_init(&v->ec_lock, NULL);
     for (unsigned i = 0; i < NCONN; i++)
         pthread_mutex_init(&v->conn[i].lock, NULL);
+    const char *wp = getenv("FMEM_VERBS_WAIT_POSTS");
+    v->wait_posts = wp && !strcmp(wp, "1");
     v->hello = (struct verbs_hello){.magic = VERBS_MAGIC, .version = VERBS_VERSION,
                                     .role = p->role, .session = p->session};
     /* a service's queue pairs, reconnects included, share one session id:
@@ -469,4 +553,137 @@ void verbs_transport_set_keys(struct transport *t, uint32_t meta_rkey, uint32_t 
 uint32_t verbs_transport_mr_rkey(const struct transport *t)
 {
     return ((const struct verbs_transport *)t)->w.mr_rkey;
+}
+
+/* ---- type-2B windows (verbs_proto.h) ---------------------------------------- */
+
+unsigned verbs_transport_mw_type(const struct transport *t)
+{
+    return ((const struct verbs_transport *)t)->w.mw_type == 2 ? 2 : 1;
+}
+
+static struct verbs_conn *my_conn(struct verbs_transport *v)
+{
+    if (tl_conn < 0)
+        tl_conn = (int)(atomic_fetch_add(&conn_rr, 1) % v->nconn);
+    return &v->conn[tl_conn];
+}
+
+uint32_t verbs_transport_peer_qp(struct transport *t)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    struct verbs_conn *c = my_conn(v);
+    pthread_mutex_lock(&c->lock);
+    if (c->broken)
+        conn_reset(v, c);
+    uint32_t q = c->broken ? 0 : c->peer_qp;
+    pthread_mutex_unlock(&c->lock);
+    return q;
+}
+
+/* Wait (under c->lock) until the completions named in `want` (bit i: wr_id
+ * i) have come, at most 5 s; 0, or FMEM_EIO / FMEM_EACCES. */
+static int wait_wrs(struct verbs_transport *v, struct verbs_conn *c, unsigned want)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (want) {
+        struct ibv_wc wc;
+        int k = ibv_poll_cq(c->cq, 1, &wc);
+        if (k < 0)
+            return FMEM_EIO;
+        if (k == 1) {
+            if (wc.status != IBV_WC_SUCCESS) {
+                c->broken = true;
+                if (c->posted)
+                    atomic_fetch_add(&v->posts_lost, 1);
+                c->posted = 0;
+                if (getenv("FMEM_DEBUG"))
+                    fprintf(stderr, "fmem: rdma: %s\n", ibv_wc_status_str(wc.status));
+                if (wc.status == IBV_WC_REM_ACCESS_ERR)
+                    atomic_fetch_add(&v->refused, 1);
+                return wc.status == IBV_WC_REM_ACCESS_ERR ? FMEM_EACCES : FMEM_EIO;
+            }
+            if (wc.wr_id < 32)
+                want &= ~(1u << wc.wr_id);
+            continue;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 5) {
+            c->broken = true; /* its receive may still be posted: start afresh */
+            return FMEM_EIO;
+        }
+    }
+    c->posted = 0;
+    return 0;
+}
+
+int verbs_transport_bind2(struct transport *t, uint64_t off, uint64_t len, uint32_t app_qp,
+                          uint32_t *rkey)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    if (v->w.mw_type != 2 || !t->wkeys_off)
+        return FMEM_ENOTSUP; /* no such service on this node, or not a service */
+    if (off < t->meta_size || off > t->size || len == 0 || len > t->size - off)
+        return FMEM_EINVAL;
+    struct verbs_conn *c = my_conn(v);
+    pthread_mutex_lock(&c->lock);
+    int rc = c->broken ? conn_reset(v, c) : 0;
+    if (rc == 0) {
+        /* the answer lands at the start of the bounce buffer, the request
+         * goes from behind it */
+        struct verbs_mw2_req q = {.op = VERBS_MW2_BIND, .qp_num = app_qp,
+                                  .addr = v->w.base + off, .len = len};
+        memcpy(c->bounce + 64, &q, sizeof q);
+        struct ibv_sge rs = {.addr = (uintptr_t)c->bounce, .length = 64, .lkey = c->mr->lkey},
+                       ss = {.addr = (uintptr_t)c->bounce + 64, .length = sizeof q,
+                             .lkey = c->mr->lkey};
+        struct ibv_recv_wr rw = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *rbad;
+        struct ibv_send_wr sw = {.wr_id = 0, .sg_list = &ss, .num_sge = 1,
+                                 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+                           *sbad;
+        if (ibv_post_recv(c->id->qp, &rw, &rbad) || ibv_post_send(c->id->qp, &sw, &sbad)) {
+            c->broken = true;
+            rc = FMEM_EIO;
+        }
+        if (rc == 0)
+            rc = wait_wrs(v, c, 3);
+        struct verbs_mw2_rep a;
+        memcpy(&a, c->bounce, sizeof a);
+        if (rc == 0)
+            rc = a.status;
+        if (rc == 0)
+            *rkey = a.rkey;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int verbs_transport_revoke2(struct transport *t, uint32_t rkey)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    if (v->w.mw_type != 2 || !t->wkeys_off)
+        return FMEM_ENOTSUP;
+    struct verbs_conn *c = my_conn(v);
+    pthread_mutex_lock(&c->lock);
+    int rc = c->broken ? conn_reset(v, c) : 0;
+    if (rc == 0) {
+        struct verbs_mw2_req q = {.op = VERBS_MW2_REVOKE, .rkey = rkey};
+        memcpy(c->bounce + 64, &q, sizeof q);
+        struct ibv_sge ss = {.addr = (uintptr_t)c->bounce + 64, .length = sizeof q,
+                             .lkey = c->mr->lkey};
+        struct ibv_send_wr sw = {.wr_id = 0, .sg_list = &ss, .num_sge = 1,
+                                 .opcode = IBV_WR_SEND_WITH_INV,
+                                 .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = rkey},
+                           *sbad;
+        if (ibv_post_send(c->id->qp, &sw, &sbad)) {
+            c->broken = true;
+            rc = FMEM_EIO;
+        } else {
+            /* acknowledged: the responder invalidated the window first */
+            rc = wait_wrs(v, c, 1);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }

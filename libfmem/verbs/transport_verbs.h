@@ -35,13 +35,30 @@ uint64_t verbs_transport_session(const struct transport *t);
 bool verbs_transport_fenced(struct transport *t);
 int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES]);
 
+/* Type-2B windows (a memory node started with mw=type2; FMEM_ENOTSUP on
+ * others). The memory node's window type, and the number of its end of
+ * the queue pair the calling thread uses on this transport (what a service
+ * binds an application's windows to). */
+unsigned verbs_transport_mw_type(const struct transport *t);
+uint32_t verbs_transport_peer_qp(struct transport *t);
+/* Services: bind a type-2B window over [off, off + len) of the pool (data
+ * only) to the application connection whose memory-node end is app_qp;
+ * its key works from that queue pair only. One round trip to the memory
+ * node plus its bind. */
+int verbs_transport_bind2(struct transport *t, uint64_t off, uint64_t len, uint32_t app_qp,
+                          uint32_t *rkey);
+/* Services: invalidate a key bind2 returned, with a SEND_WITH_INV (the
+ * memory node's NIC kills it before acknowledging). Once per key. */
+int verbs_transport_revoke2(struct transport *t, uint32_t rkey);
+
 struct verbs_server;
 /* Register the pool mapped by `pool` (a shm transport: metadata and data
  * back to back) as one memory region, bind a window over every aligned
  * block (two: main and backup), write a fresh token to token_path (mode
  * 0600) and listen on addr:port. Returns when the windows are bound. */
+#define VERBS_SERVER_MW_TYPE2 1u /* flags: mw=type2 (verbs_mw2.c) */
 int verbs_server_start(struct transport *pool, const char *addr, const char *port,
-                       const char *token_path, struct verbs_server **out);
+                       const char *token_path, unsigned flags, struct verbs_server **out);
 /* Figures of the window regenerator. */
 struct verbs_server_stats {
     uint64_t windows;      /* bound now */
@@ -51,6 +68,8 @@ struct verbs_server_stats {
     uint64_t setup_ns;     /* binding every window at start */
     uint64_t quarantined;  /* freed blocks released from quarantine (their
                             * old window destroyed, then freed in the layer) */
+    unsigned mw_type;      /* 2: mw=type2 */
+    uint64_t mw2_binds, mw2_revokes; /* type-2B windows bound, invalidated */
 };
 void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *st);
 /* The heartbeat word of user id `uid` (wkeys.h), 0 if never written. */

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #define VERBS_MAGIC 0x464d454d56524253ull /* "FMEMVRBS" */
-#define VERBS_VERSION 3
+#define VERBS_VERSION 4
 #define VERBS_TOKEN_BYTES 16
 
 /* Who connects. Services (and the memory node's own regenerator) prove
@@ -55,6 +55,34 @@ struct verbs_welcome {
     uint64_t wk_size;    /* its bytes (wkeys.h) */
     uint32_t wk_rkey;    /* window over it */
     uint32_t mr_rkey;    /* the region's own key: no remote access (tests) */
+    uint32_t qp_num;     /* the memory node's end of this connection */
+    uint32_t mw_type;    /* 2: applications' block windows are type 2B,
+                          * bound to their queue pair (mw=type2); else 1 */
+};
+
+/* ---- type-2B windows (memory node started with mw=type2) -------------------
+ * A service asks the memory node, with a SEND on its own queue pair, to bind
+ * a type-2B window over a data range to the memory node's end of an
+ * application's connection (named by qp_num, as that application's
+ * welcome told it); the node answers with a SEND carrying the new key,
+ * which then works from that application's queue pair only. The service
+ * revokes a key with a SEND_WITH_INV naming it: the memory node's NIC
+ * invalidates the window before it acknowledges, with no work of the
+ * node's CPU on the way (it only re-posts the receive and keeps the
+ * window object for the next bind). */
+enum verbs_mw2_op { VERBS_MW2_BIND = 1, VERBS_MW2_REVOKE = 2 };
+struct verbs_mw2_req {
+    uint32_t op;     /* enum verbs_mw2_op */
+    uint32_t qp_num; /* BIND: the application's connection (its welcome's qp_num) */
+    uint64_t addr;   /* BIND: remote address of the range (in the data) */
+    uint64_t len;    /* BIND: its bytes */
+    uint32_t rkey;   /* REVOKE: the key the SEND_WITH_INV invalidated (rxe's
+                      * receive completions do not carry IBV_WC_WITH_INV) */
+    uint32_t pad;
+};
+struct verbs_mw2_rep {
+    int32_t status; /* 0, or an FMEM_E* code */
+    uint32_t rkey;  /* the window's key */
 };
 
 /* ---- parsing (verbs_proto.c) ---------------------------------------------- */

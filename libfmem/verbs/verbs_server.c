@@ -30,6 +30,7 @@
 #include "layout.h"
 #include "node.h"
 #include "verbs/transport_verbs.h"
+#include "verbs/verbs_mw2.h"
 #include "verbs/verbs_proto.h"
 #include "wkeys.h"
 
@@ -67,6 +68,8 @@ struct verbs_server {
     size_t nconns, conns_cap;
     uint64_t fenced[MAX_FENCED]; /* a ring: the oldest is forgotten */
     unsigned nfenced;
+    unsigned flags;          /* VERBS_SERVER_* */
+    struct mw2 *mw2;         /* mw=type2: applications' type-2B windows */
     atomic_int ready;        /* 1: windows bound; -1: setup failed */
     atomic_int stop;
     _Atomic uint64_t windows, regenerated, passes, regen_ns, setup_ns, quarantined;
@@ -389,7 +392,12 @@ static int setup_region(struct verbs_server *s, struct ibv_context *ctx)
     s->meta_mr = ibv_reg_mr(s->pd, base, s->pool->meta_size, acc);
     s->mr = ibv_reg_mr(s->pd, base + s->pool->meta_size, s->pool->size - s->pool->meta_size, acc);
     s->wk_mr = ibv_reg_mr(s->pd, (void *)s->wk, s->wk_bytes, acc);
-    return s->mr && s->meta_mr && s->wk_mr ? 0 : FMEM_EIO;
+    if (!s->mr || !s->meta_mr || !s->wk_mr)
+        return FMEM_EIO;
+    if (s->flags & VERBS_SERVER_MW_TYPE2)
+        return mw2_start(ctx, s->pd, s->mr, (uintptr_t)base + s->pool->meta_size,
+                         (uintptr_t)base + s->pool->size, &s->mw2);
+    return 0;
 }
 
 /* ---- sessions and fencing ------------------------------------------------ */
@@ -473,7 +481,10 @@ static void accept_checked(struct verbs_server *s, struct rdma_cm_id *id,
                            const struct verbs_hello *h, bool keys)
 {
     bool binder = h->role == VERBS_ROLE_LOCAL && !s->bind_qp;
-    struct ibv_cq *cq = s->cq;
+    /* mw=type2: services' bind requests and the binds on applications'
+     * queue pairs complete on the type-2 module's queue */
+    bool mw2 = s->mw2 && h->role != VERBS_ROLE_LOCAL;
+    struct ibv_cq *cq = mw2 ? mw2_cq(s->mw2) : s->cq;
     if (binder && !(cq = s->bind_cq = ibv_create_cq(id->verbs, 2 * BIND_DEPTH, NULL, NULL, 0))) {
         refuse(id, 0);
         return;
@@ -482,10 +493,16 @@ static void accept_checked(struct verbs_server *s, struct rdma_cm_id *id,
         .send_cq = cq,
         .recv_cq = cq,
         .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = binder ? BIND_DEPTH : 16, .max_recv_wr = 1, .max_send_sge = 1,
+        .cap = {.max_send_wr = binder || mw2 ? BIND_DEPTH : 16,
+                .max_recv_wr = mw2 ? mw2_service_recvs() : 1, .max_send_sge = 1,
                 .max_recv_sge = 1},
     };
     if (rdma_create_qp(id, s->pd, &qa)) {
+        refuse(id, 0);
+        return;
+    }
+    if (mw2 && !mw2_add(s->mw2, id->qp, h->role == VERBS_ROLE_SERVICE)) {
+        rdma_destroy_qp(id);
         refuse(id, 0);
         return;
     }
@@ -496,6 +513,8 @@ static void accept_checked(struct verbs_server *s, struct rdma_cm_id *id,
         .size = s->pool->size,
         .meta_size = s->pool->meta_size,
         .mr_rkey = s->mr->rkey, /* of the data region */
+        .qp_num = id->qp->qp_num,
+        .mw_type = s->mw2 ? 2 : 1,
     };
     if (keys && s->meta_mw) {
         w.meta_rkey = s->meta_mw->rkey;
@@ -515,6 +534,8 @@ static void accept_checked(struct verbs_server *s, struct rdma_cm_id *id,
                  * its side of the connection is established */
         atomic_store(&s->bind_qp, id->qp);
     if (h->role == VERBS_ROLE_SERVICE && !conn_add(s, id, h->session)) {
+        if (mw2)
+            mw2_forget(s->mw2, id->qp);
         rdma_destroy_qp(id);
         refuse(id, 0);
         return;
@@ -524,6 +545,8 @@ static void accept_checked(struct verbs_server *s, struct rdma_cm_id *id,
             atomic_store(&s->bind_qp, NULL);
         if (h->role == VERBS_ROLE_SERVICE)
             s->nconns--; /* the last one added, under the caller's lock */
+        if (mw2)
+            mw2_forget(s->mw2, id->qp);
         rdma_destroy_qp(id);
         rdma_destroy_id(id);
     }
@@ -574,6 +597,8 @@ static int serve_event(struct verbs_server *s, int timeout_ms)
     if (type == RDMA_CM_EVENT_DISCONNECTED && id->qp != s->bind_qp) {
         conn_forget(s, id);
         rdma_disconnect(id);
+        if (s->mw2 && id->qp)
+            mw2_forget(s->mw2, id->qp);
         rdma_destroy_qp(id);
         rdma_destroy_id(id);
     }
@@ -599,7 +624,7 @@ static int write_token(struct verbs_server *s, const char *path)
 }
 
 int verbs_server_start(struct transport *pool, const char *addr, const char *port,
-                       const char *token_path, struct verbs_server **out)
+                       const char *token_path, unsigned flags, struct verbs_server **out)
 {
     if (!pool->base || !token_path || strlen(token_path) >= 250 || strlen(addr) >= 64 ||
         strlen(port) >= 8)
@@ -608,6 +633,7 @@ int verbs_server_start(struct transport *pool, const char *addr, const char *por
     if (!s)
         return FMEM_ENOMEM;
     s->pool = pool;
+    s->flags = flags;
     pthread_mutex_init(&s->conns_mu, NULL);
     strcpy(s->addr, addr);
     strcpy(s->port, port);
@@ -668,6 +694,14 @@ void verbs_server_get_stats(struct verbs_server *s, struct verbs_server_stats *s
     st->regen_ns = atomic_load(&s->regen_ns);
     st->setup_ns = atomic_load(&s->setup_ns);
     st->quarantined = atomic_load(&s->quarantined);
+    st->mw_type = s->mw2 ? 2 : 1;
+    st->mw2_binds = st->mw2_revokes = 0;
+    if (s->mw2) {
+        struct mw2_stats m;
+        mw2_get_stats(s->mw2, &m);
+        st->mw2_binds = m.binds;
+        st->mw2_revokes = m.revokes;
+    }
 }
 
 uint64_t verbs_server_heartbeat(struct verbs_server *s, unsigned uid)
@@ -688,6 +722,7 @@ void verbs_server_stop(struct verbs_server *s)
         node_close(s->qnode);
     if (s->local)
         tp_close(s->local);
+    mw2_stop(s->mw2);
     for (uint64_t e = 0; s->mw && e < s->nentries; e++)
         for (int i = 0; i < 2; i++)
             if (s->mw[e][i])

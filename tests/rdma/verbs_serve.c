@@ -1,5 +1,5 @@
 /* verbs_serve - serve a named pool over RDMA for the soft-RoCE tests:
- *   verbs_serve POOL_URI ADDR PORT TOKEN_FILE   (runs until SIGTERM/SIGINT)
+ *   verbs_serve POOL_URI ADDR PORT TOKEN_FILE [type2]   (until SIGTERM/SIGINT)
  * Creates the pool if needed, registers it as one memory region, binds its
  * windows, writes the services' token to TOKEN_FILE and accepts
  * connections; prints "ready" once listening and the regenerator's figures
@@ -22,8 +22,8 @@ static void on_signal(int sig)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: verbs_serve POOL_URI ADDR PORT TOKEN_FILE\n");
+    if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "type2"))) {
+        fprintf(stderr, "usage: verbs_serve POOL_URI ADDR PORT TOKEN_FILE [type2]\n");
         return 2;
     }
     fmem_pool *p;
@@ -33,7 +33,8 @@ int main(int argc, char **argv)
         return 1;
     }
     struct verbs_server *s;
-    rc = verbs_server_start(p->nodes[0]->tp, argv[2], argv[3], argv[4], &s);
+    rc = verbs_server_start(p->nodes[0]->tp, argv[2], argv[3], argv[4],
+                           argc == 6 ? VERBS_SERVER_MW_TYPE2 : 0, &s);
     if (rc) {
         fprintf(stderr, "verbs_serve: listen %s:%s: %s\n", argv[2], argv[3], fmem_strerror(rc));
         return 1;

@@ -1,0 +1,33 @@
+/* verbs_mw2.h - the memory node's type-2B windows (mw=type2): binds them to
+ * applications' queue pairs when a service asks, and takes back the ones a
+ * service's SEND_WITH_INV invalidated (verbs_proto.h has the exchange). */
+#ifndef FMEM_VERBS_MW2_H
+#define FMEM_VERBS_MW2_H
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct mw2;
+
+/* Bind windows over [lo, hi) of `data` (registered with MW_BIND in pd). */
+int mw2_start(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *data, uint64_t lo,
+              uint64_t hi, struct mw2 **out);
+/* The completion queue every service and application queue pair of the node
+ * must use (send and receive) in this mode. */
+struct ibv_cq *mw2_cq(struct mw2 *m);
+/* Receive work requests a service's queue pair needs room for. */
+unsigned mw2_service_recvs(void);
+/* A connection's queue pair, once created (before it is accepted); false
+ * when there is no room for it. */
+bool mw2_add(struct mw2 *m, struct ibv_qp *qp, bool service);
+/* Before its queue pair is destroyed. */
+void mw2_forget(struct mw2 *m, struct ibv_qp *qp);
+struct mw2_stats {
+    uint64_t binds, revokes, refused; /* refused: bind requests answered with an error */
+    uint64_t bound;                   /* windows bound now */
+};
+void mw2_get_stats(struct mw2 *m, struct mw2_stats *st);
+void mw2_stop(struct mw2 *m);
+
+#endif
