@@ -36,7 +36,7 @@ core_sources() { # every library source that needs nothing but libc
 }
 extra=""
 case $target in
-msg) sources="libfmem/service/msg.c"; extra="-max_len=70000" ;;
+msg) sources="libfmem/service/msg.c libfmem/service/status_wire.c"; extra="-max_len=70000" ;;
 uri) sources="libfmem/uri.c"; extra="-max_len=8192" ;;
 verbs_hello) sources="libfmem/verbs/verbs_proto.c"; extra="-max_len=256" ;;
 pool_file) sources=$(core_sources); extra="-max_len=65536" ;;
