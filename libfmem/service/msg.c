@@ -170,8 +170,9 @@ int ring_req_decode(const struct ring_req *req, uint64_t max_bytes, unsigned nno
         out->log2_chunks = chunks_log2(req->size);
         return 0;
     }
-    case RING_FREE: {
-        out->op = RING_FREE;
+    case RING_FREE:
+    case RING_FREE_CHECK: {
+        out->op = req->op;
         const fmem_handle *h = &req->h;
         if (h->node >= nnodes || h->flags || h->length < FMEM_CHUNK_SIZE ||
             h->length > max_bytes || (h->length & (h->length - 1)) ||

@@ -102,6 +102,8 @@ struct msg_stats {
     uint64_t capacity_bytes, allocated_bytes, metadata_bytes;
     uint32_t nodes, user_id;
     uint64_t app_bytes, app_allocs; /* this application's holdings */
+    /* the memory operations fmemd issued for this application's requests */
+    uint64_t cas_ops, cas_failures, reads, writes, round_trips, log_flushes, max_retries;
 };
 
 struct msg_svc_register {
@@ -174,6 +176,9 @@ enum ring_op {
     RING_FREE,
     RING_REFILL, /* put up to `count` new blocks of `size` bytes in the cache */
     RING_TRIM,   /* give back the cached blocks of `size` bytes beyond entry `count` */
+    RING_FREE_CHECK, /* a handle the application does not hold: what would
+                      * freeing it answer (EDOUBLEFREE, EACCES, EBADHANDLE)?
+                      * reads only */
     RING_OP_END
 };
 
