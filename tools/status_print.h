@@ -9,6 +9,8 @@
 #include "service/occupancy.h"
 #include "service/status_wire.h"
 
+/* One node's space, fragmentation, spans and live blocks, as text lines. */
+void status_print_occ(const struct occ_report *r, FILE *f);
 void status_print_text(const struct st_report *r, FILE *f);
 /* One JSON object and a newline. */
 void status_print_json(const struct st_report *r, FILE *f);

@@ -75,7 +75,7 @@ void tp_close(struct transport *t);
 void tp_delay(uint64_t ns);
 uint64_t tp_now_ns(void); /* CLOCK_MONOTONIC */
 
-/* ---- NIC emulation (transport_nic.c) -------------------------------------
+/* ---- NIC emulation (nic.c) ---------------------------------------------
  * One emulator thread per process plays the network: a request is posted,
  * its poster sleeps, the emulator runs the request's `exec` when it reaches
  * the memory node and wakes the poster when the answer is back. */

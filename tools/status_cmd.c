@@ -3,7 +3,7 @@
  * space, fragmentation, services and applications, and optionally draw the
  * occupancy map as a PNG. Also `fmem mnode` / `fmem daemon`, which run the
  * daemons in the foreground. */
-#include "service/status_cmd.h"
+#include "status_cmd.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -19,10 +19,10 @@
 
 #include "service/client.h"
 #include "service/occupancy.h"
-#include "service/pngmap.h"
+#include "pngmap.h"
 #include "service/proto.h"
 #include "service/sock.h"
-#include "service/status_print.h"
+#include "status_print.h"
 #include "uri.h"
 
 #define DEFAULT_SERVICE "fmem://"
@@ -190,7 +190,7 @@ static int status_pool(const char *uri, const char *png, unsigned want_node, boo
             json_node(stdout, (unsigned)i, us[i].path, &r);
         } else {
             printf("pool %s (node %d)\n", us[i].path, i);
-            occ_print(&r, stdout);
+            status_print_occ(&r, stdout);
         }
         if (states && draw(png, states, g.nspans, us[i].path))
             status = 1;

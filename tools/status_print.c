@@ -1,6 +1,5 @@
 /* status_print.c - text and JSON renderings of status reports. */
-#include "service/status_print.h"
-
+#include "status_print.h"
 
 #define U(x) ((unsigned long long)(x))
 
@@ -50,6 +49,51 @@ void json_node(FILE *f, unsigned index, const char *path, const struct occ_repor
 
 /* ---- text ----------------------------------------------------------------- */
 
+static void human(char *b, size_t n, uint64_t v)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double d = (double)v;
+    int i = 0;
+    while (d >= 1024 && i < 4) {
+        d /= 1024;
+        i++;
+    }
+    snprintf(b, n, i ? "%.1f %s" : "%.0f %s", d, u[i]);
+}
+
+void status_print_occ(const struct occ_report *r, FILE *f)
+{
+    char cap[32], used[32], fr[32], big[32], meta[32];
+    human(cap, sizeof cap, r->capacity_bytes);
+    human(used, sizeof used, r->used_bytes);
+    human(fr, sizeof fr, r->free_bytes);
+    human(big, sizeof big, r->largest_free_bytes);
+    human(meta, sizeof meta, r->metadata_bytes);
+    fprintf(f, "  capacity %s, used %s (%.1f%%), free %s, metadata %s\n", cap, used,
+            r->capacity_bytes ? 100.0 * (double)r->used_bytes / (double)r->capacity_bytes : 0.0, fr,
+            meta);
+    fprintf(f, "  largest free block %s, fragmentation %.1f%%\n", big, 100 * r->fragmentation);
+    fprintf(f, "  spans: %llu free, %llu chunk layer (%llu contended), %llu in span blocks, "
+               "%llu moving\n",
+            (unsigned long long)r->spans_free, (unsigned long long)r->spans_chunk,
+            (unsigned long long)r->spans_contended, (unsigned long long)r->spans_block,
+            (unsigned long long)r->spans_moving);
+    fprintf(f, "  user ids in use %llu of %llu\n", (unsigned long long)r->users_active,
+            (unsigned long long)(r->nusers - 1));
+    fprintf(f, "  live blocks by size:");
+    int any = 0;
+    for (int k = 0; k < FMEM_SIZE_CLASSES; k++) {
+        if (!r->blocks[k])
+            continue;
+        char sz[32];
+        human(sz, sizeof sz, FMEM_CHUNK_SIZE << k);
+        fprintf(f, " %s x%llu", sz, (unsigned long long)r->blocks[k]);
+        any = 1;
+    }
+    fprintf(f, any ? "\n" : " none\n");
+}
+
+
 static void text_service(const struct st_report *r, FILE *f)
 {
     const struct st_service *s = &r->service;
@@ -68,7 +112,7 @@ static void text_service(const struct st_report *r, FILE *f)
         const struct st_node *n = &r->nodes[i];
         fprintf(f, "memory node %llu: %s via %s, user %llu, %s\n", U(n->index), n->pool, n->path,
                 U(n->uid), n->connected ? "connected" : "reconnecting");
-        occ_print(&n->occ, f);
+        status_print_occ(&n->occ, f);
     }
     fprintf(f, "applications:\n");
     for (unsigned i = 0; i < r->napps; i++) {
@@ -95,7 +139,7 @@ static void text_mnode(const struct st_report *r, FILE *f)
     const struct st_mnode *s = &r->mnode;
     fprintf(f, "memory node %s (pid %llu, up %.0f s)\n", s->pool, U(s->pid), s->uptime_ns / 1e9);
     for (unsigned i = 0; i < r->nnodes; i++)
-        occ_print(&r->nodes[i].occ, f);
+        status_print_occ(&r->nodes[i].occ, f);
     fprintf(f, "  key regenerator: %llu keys issued in %llu passes, %.0f keys/s while working, "
                "last pass %llu\n",
             U(s->keys), U(s->key_passes),
