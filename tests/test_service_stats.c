@@ -2,7 +2,8 @@
  * pool: fmem_stats fills in the memory operations (CAS, reads, writes,
  * round trips, redo-log flushes) instead of zeros, and a double free gives
  * FMEM_EDOUBLEFREE on every transport (in-process mem: and shm:, the NIC
- * emulator, and through fmemd), for cached sizes and large blocks alike. */
+ * emulator, and through fmemd), for cached sizes and large blocks alike;
+ * in-process pools count their redo-log flushes as well. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -82,5 +83,22 @@ Test(svc_stats, stats_are_filled_in)
     cr_expect_geq(st.writes, 1, "writes %llu", (unsigned long long)st.writes);
     cr_expect_geq(st.log_flushes, 1, "log_flushes %llu", (unsigned long long)st.log_flushes);
     cr_expect_leq(st.cas_failures, st.cas_ops);
+    fmem_close(p);
+}
+
+/* in-process, the redo-log flushes are counted too (they were left 0) */
+Test(svc_stats, in_process_counts_log_flushes)
+{
+    fmem_pool *p;
+    cr_assert_eq(fmem_open("mem:?size=64M", &p), 0);
+    fmem_handle h[8];
+    for (unsigned i = 0; i < 8; i++)
+        cr_assert_eq(fmem_alloc(p, i & 1 ? 1 << 20 : 4096, &h[i]), 0);
+    for (unsigned i = 0; i < 8; i++)
+        cr_assert_eq(fmem_free(p, &h[i]), 0);
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(p, &st), 0);
+    cr_expect_geq(st.log_flushes, 1, "log_flushes %llu", (unsigned long long)st.log_flushes);
+    cr_expect_leq(st.log_flushes, st.cas_ops);
     fmem_close(p);
 }

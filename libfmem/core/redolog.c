@@ -172,6 +172,7 @@ static void flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
         CRASH_POINT(CP_FLUSH_READ);
         int r = tp_cas(n->tp, eoff, e, want, NULL);
         tp_trace.log_cas++;
+        atomic_fetch_add_explicit(&n->tp->n_logs, 1, memory_order_relaxed);
         if (r != 0)
             return; /* written, or a transport error */
     }

@@ -58,6 +58,7 @@ struct transport {
     const char *name;  /* "shm", ... */
     /* totals over all threads, for fmem_stats */
     _Atomic uint64_t n_cas, n_cas_fail, n_reads, n_writes, n_rtts;
+    _Atomic uint64_t n_logs; /* of n_cas, the ones that flushed a redo log */
 };
 
 int tp_batch(struct transport *t, struct tp_op *ops, size_t n);
