@@ -7,7 +7,7 @@
  * time, first come first served.
  *
  * rtt_mode=nic (the default of fmem-bench): requests travel through the
- * same NIC emulator as fmem's one-sided batches (transport_nic.c). The
+ * same NIC emulator as fmem's one-sided batches (libfmem/transport/nic.c). The
  * request reaches the server half a round trip after posting; the server's
  * CPU is a modeled processor: a request starts when it has arrived and the
  * previous one is done, and its answer leaves service_ns later and takes

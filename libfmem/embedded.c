@@ -459,6 +459,7 @@ static int emb_stats(fmem_pool *p, fmem_stats_t *st)
         st->reads += atomic_load(&n->tp->n_reads);
         st->writes += atomic_load(&n->tp->n_writes);
         st->round_trips += atomic_load(&n->tp->n_rtts);
+        st->log_flushes += atomic_load(&n->tp->n_logs);
     }
     st->allocs = atomic_load(&p->allocs);
     st->frees = atomic_load(&p->frees);

@@ -25,7 +25,7 @@ for f in LICENSE README.md docs/choosing.md docs/img/alloc-threads.png; do
 done
 defaults=$(find "$tmp/root" -path '*/etc/default/fmem')
 [ -n "$defaults" ] || { echo "SYSCONFDIR/default/fmem not installed"; exit 1; }
-# the verbs transport is a plugin beside the library (libfmem/verbs/plugin.am)
+# the verbs transport is a plugin beside the library (libfmem/transport/verbs/plugin.am)
 if grep -q '^RDMA_LIBS = -l' "$top_builddir/Makefile"; then
     [ -e "$libdir/fmem/libfmem-verbs.so" ] || { echo "LIBDIR/fmem/libfmem-verbs.so not installed"; exit 1; }
     ! readelf -d "$lib" | grep NEEDED | grep -Eq 'librdmacm|libibverbs' ||

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "service/occupancy.h"
-#include "service/pngmap.h"
+#include "pngmap.h"
 
 static char dir[] = "/tmp/fmem-packaging-pngmap-XXXXXX";
 

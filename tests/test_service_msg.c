@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "service/proto.h"
+#include "service/status_wire.h"
 
 static uint8_t buf[MSG_MAX_BYTES + 16];
 
@@ -96,14 +97,41 @@ Test(msg, map_chunk_bounds)
     cr_assert_eq(msg_decode(buf, n, &m), FMEM_EINVAL, "past the end");
 }
 
-Test(msg, status_text)
+Test(msg, status_report)
 {
     struct msg m;
-    size_t n = msg_encode(buf, MSG_STATUS_TEXT, 1, "hello\n", 6);
+    static struct st_builder b;
+    struct st_worker w = {.index = 1, .served = 7};
+    struct st_app a = {.id = 3, .allocs = 5};
+    snprintf(a.name, sizeof a.name, "app");
+    b.len = 0;
+    cr_assert(st_add(&b, ST_WORKER, &w));
+    cr_assert(st_add(&b, ST_APP, &a));
+    size_t n = msg_encode(buf, MSG_STATUS_REPORT, 1, b.buf, b.len);
     cr_assert_eq(msg_decode(buf, n, &m), 0);
-    cr_assert_eq(m.text_len, 6);
-    n = msg_encode(buf, MSG_STATUS_TEXT, 1, "he\0lo", 5);
-    cr_assert_eq(msg_decode(buf, n, &m), FMEM_EINVAL, "NUL inside text");
+    struct st_report r;
+    cr_assert_eq(st_parse(m.report, m.report_len, &r), 0);
+    cr_assert_eq(r.nworkers, 1);
+    cr_assert_eq(r.workers[0].served, 7);
+    cr_assert_eq(r.napps, 1);
+    cr_assert_str_eq(r.apps[0].name, "app");
+    st_free(&r);
+    /* a cut record, a wrong length, an unknown kind, an unterminated name */
+    n = msg_encode(buf, MSG_STATUS_REPORT, 1, b.buf, b.len - 1);
+    cr_assert_eq(msg_decode(buf, n, &m), FMEM_EINVAL, "cut record");
+    struct st_hdr h = {.kind = ST_WORKER, .len = sizeof w - 8};
+    memcpy(b.buf, &h, sizeof h);
+    n = msg_encode(buf, MSG_STATUS_REPORT, 1, b.buf, b.len);
+    cr_assert_eq(msg_decode(buf, n, &m), FMEM_EINVAL, "wrong length");
+    h = (struct st_hdr){.kind = ST_KIND_END, .len = sizeof w};
+    memcpy(b.buf, &h, sizeof h);
+    n = msg_encode(buf, MSG_STATUS_REPORT, 1, b.buf, b.len);
+    cr_assert_eq(msg_decode(buf, n, &m), FMEM_EINVAL, "unknown kind");
+    b.len = 0;
+    memset(a.name, 'x', sizeof a.name);
+    cr_assert(st_add(&b, ST_APP, &a));
+    n = msg_encode(buf, MSG_STATUS_REPORT, 1, b.buf, b.len);
+    cr_assert_eq(msg_decode(buf, n, &m), FMEM_EINVAL, "unterminated name");
 }
 
 Test(ring, request_decoder)

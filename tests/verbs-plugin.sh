@@ -2,7 +2,7 @@
 # libfmem.so and libfmem-preload.so do not link rdma-core; a program on
 # libfmem.so that never opens an rdma:// pool loads none of librdmacm,
 # libibverbs or libnl; the first rdma:// pool loads the verbs plugin
-# (libfmem/verbs/plugin.am), and without the plugin such a pool fails with
+# (libfmem/transport/verbs/plugin.am), and without the plugin such a pool fails with
 # "not supported" as in a build without rdma-core.
 set -u
 b=${top_builddir:-.}

@@ -22,7 +22,7 @@
 
 #include "cli.h"
 #include "uri.h"
-#include "service/status_cmd.h"
+#include "status_cmd.h"
 
 static int usage(FILE *f)
 {

@@ -37,7 +37,7 @@
 #include "../../libfmem/far/lobj.h"
 #include "../../libfmem/node.h"
 #include "../../libfmem/pool_internal.h"
-#include "../../libfmem/transport.h"
+#include "../../libfmem/transport/transport.h"
 #include "preload.h"
 
 _Thread_local int fp_in_pool __attribute__((tls_model("initial-exec")));
@@ -149,7 +149,7 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
         a->data_fd = shm_transport_data_fd(tp);
         if (a->data_fd < 0 || !tp->base)
             return "its data file cannot be mapped in pieces";
-        /* the data file is mapped right after the metadata (transport_shm.c) */
+        /* the data file is mapped right after the metadata (libfmem/transport/shm.c) */
         a->file_delta = (int64_t)((char *)p - ((char *)tp->base + tp->meta_size)) - (int64_t)h.addr;
         /* a hugetlbfs file maps only in whole huge pages */
         struct statfs sf;

@@ -78,7 +78,7 @@ static int map_block(fmem_pool *pool, enum lobj_mode mode, struct lobj_block *b,
         unsigned k;
         if (pool_resolve(pool, &b->h, &n, &chunk, &k))
             return FMEM_EBADHANDLE;
-        /* the data file is mapped right after the metadata (transport_shm.c) */
+        /* the data file is mapped right after the metadata (libfmem/transport/shm.c) */
         uint64_t off = (uint64_t)((char *)home - ((char *)n->tp->base + n->tp->meta_size));
         if (mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, b->fd, (off_t)off) ==
             MAP_FAILED)

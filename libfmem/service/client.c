@@ -69,6 +69,7 @@ struct svc_client {
     pthread_mutex_t sock_mu; /* one socket request at a time */
     _Atomic bool dead;
     _Atomic uint64_t allocs, frees, failed, size_class[FMEM_SIZE_CLASSES];
+    _Atomic uint64_t reads, writes, calls; /* fmem_read/write, requests to fmemd */
     _Atomic uint32_t seq;
     /* blocks of up to 4 KiB << (RING_CACHE_CLASSES - 1) come from the
      * ring's cache and go back to it (shm nodes only) */
@@ -137,6 +138,7 @@ static int call(struct svc_client *c, struct ring_req *req, struct ring_rsp *rsp
     if (atomic_load_explicit(&c->dead, memory_order_relaxed) || !c->ring ||
         atomic_load_explicit(&c->ring->revoked, memory_order_acquire))
         return FMEM_EIO;
+    atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
     int rc = ring_call(c->ring, req, rsp, alive, c, CLIENT_SPIN_NS);
     if (rc)
         return rc;
@@ -149,6 +151,7 @@ static int call(struct svc_client *c, struct ring_req *req, struct ring_rsp *rsp
 static int sock_call(struct svc_client *c, uint16_t type, const void *p, size_t plen,
                      uint16_t want, struct msg *out, uint8_t *buf)
 {
+    atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
     pthread_mutex_lock(&c->sock_mu);
     uint32_t seq = atomic_fetch_add(&c->seq, 1) + 1;
     int rc = sock_send_msg(c->sock, type, seq, p, plen, NULL, 0) < 0 ? FMEM_EIO : 0;
@@ -476,8 +479,16 @@ static int cl_free(fmem_pool *p, const fmem_handle *h)
     if (local == 0) /* no access from here on, even before fmemd answers */
         own_del(&c->held, own_get(&c->held, own_key(h->node, h->addr >> CHUNK_SHIFT)));
     pthread_rwlock_unlock(&c->lock);
-    /* not a block we hold (a double free, another's): never sent, since
-     * fmemd would free a block our cache still holds */
+    /* not a block we hold (a double free, another's): never sent as a
+     * free, since fmemd would free a block our cache still holds; fmemd
+     * only names the mistake, as an in-process pool would */
+    if (local == FMEM_EBADHANDLE && h->node < c->nnodes && !service_gone(c, h->node)) {
+        struct ring_req req = {.op = RING_FREE_CHECK, .h = *h,
+                               .cookie = atomic_fetch_add(&c->seq, 1)};
+        struct ring_rsp rsp;
+        int verdict = call(c, &req, &rsp);
+        return verdict == FMEM_EDOUBLEFREE || verdict == FMEM_EACCES ? verdict : local;
+    }
     if (local)
         return local;
     if (service_gone(c, h->node))
@@ -546,6 +557,7 @@ static int cl_copy(fmem_pool *p, const fmem_handle *h, uint64_t off, void *buf, 
     int rc = access_check(c, h, off, len, &w);
     if (rc || len == 0)
         return rc;
+    atomic_fetch_add_explicit(write ? &c->writes : &c->reads, 1, memory_order_relaxed);
     if (w) {
         memcpy(write ? w : buf, write ? buf : w, len);
         /* fenced while copying: what was read may be another's data */
@@ -595,6 +607,16 @@ static int cl_stats(fmem_pool *p, fmem_stats_t *st)
     st->allocs = atomic_load(&c->allocs);
     st->frees = atomic_load(&c->frees);
     st->failed_allocs = atomic_load(&c->failed);
+    /* what fmemd did in memory for this application's requests, plus this
+     * process's own reads and writes of its blocks and its requests to
+     * fmemd (each one round trip) */
+    st->cas_ops = m.u.stats.cas_ops;
+    st->cas_failures = m.u.stats.cas_failures;
+    st->log_flushes = m.u.stats.log_flushes;
+    st->max_retries = m.u.stats.max_retries;
+    st->reads = m.u.stats.reads + atomic_load(&c->reads);
+    st->writes = m.u.stats.writes + atomic_load(&c->writes);
+    st->round_trips = m.u.stats.round_trips + atomic_load(&c->calls);
     for (int i = 0; i < FMEM_SIZE_CLASSES; i++)
         st->size_class_allocs[i] = atomic_load(&c->size_class[i]);
     return 0;

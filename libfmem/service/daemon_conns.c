@@ -337,6 +337,13 @@ static int send_stats(struct fmemd *d, struct app *a, uint32_t seq)
     pthread_mutex_lock(&a->mu);
     s.app_bytes = a->bytes;
     s.app_allocs = a->blocks;
+    s.cas_ops = a->ops.cas;
+    s.cas_failures = a->ops.cas_fail;
+    s.reads = a->ops.reads;
+    s.writes = a->ops.writes;
+    s.round_trips = a->ops.round_trips;
+    s.log_flushes = a->ops.log_cas;
+    s.max_retries = a->max_retries;
     pthread_mutex_unlock(&a->mu);
     return peer_send(&a->peer, MSG_STATS, seq, &s, sizeof s);
 }

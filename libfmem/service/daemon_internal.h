@@ -33,6 +33,8 @@ struct app {
     uint64_t bytes, blocks;            /* held now */
     uint64_t allocs, frees, pings, errors, refused_quota;
     uint64_t refills, trims, revoked; /* its block cache (daemon_cache.c) */
+    struct tp_trace ops;  /* memory operations issued for its requests */
+    uint64_t max_retries; /* most CAS failures of one allocation for it */
     unsigned bad_socket_msgs; /* control thread only */
     struct app *next_dead;    /* the reaper's queue */
 };

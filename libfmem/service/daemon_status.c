@@ -1,5 +1,6 @@
-/* daemon_status.c - fmemd's answers to fmem status: a text report (memory
- * nodes, applications, workers, counters) and a node's span states. */
+/* daemon_status.c - fmemd's answers to fmem status: its status records
+ * (status_wire.h: counters, memory nodes, applications, workers) and a
+ * node's span states. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,63 +10,78 @@
 #include "service/map_stream.h"
 #include "service/occupancy.h"
 #include "service/sock.h"
+#include "service/status_wire.h"
 
 int status_send(struct fmemd *d, struct peer *p, uint32_t seq)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
+    struct st_builder *b = calloc(1, sizeof *b);
+    if (!b)
         return peer_send_error(p, seq, FMEM_ENOMEM, "out of memory");
-    fprintf(f, "allocation service %s (pid %d, up %.0f s): %u workers, %u applications\n",
-            d->cfg->socket_path, (int)getpid(), (ring_now_ns() - d->started_ns) / 1e9, d->nworkers,
-            d->napps);
-    fprintf(f, "  per-application limits: %llu bytes, %llu allocations (0: none)\n",
-            (unsigned long long)d->cfg->app_max_bytes, (unsigned long long)d->cfg->app_max_allocs);
+    struct st_service s = {
+        .pid = (uint64_t)getpid(),
+        .uptime_ns = ring_now_ns() - d->started_ns,
+        .workers = d->nworkers,
+        .apps = d->napps,
+        .app_max_bytes = d->cfg->app_max_bytes,
+        .app_max_allocs = d->cfg->app_max_allocs,
+        .apps_departed = atomic_load(&d->apps_reaped),
+        .blocks_reaped = atomic_load(&d->blocks_reaped),
+        .bad_messages = atomic_load(&d->bad_messages),
+        .max_apps = d->max_apps,
+        .max_apps_per_user = d->max_apps_per_uid,
+        .opening = d->npend,
+        .max_opening = d->pend_cap,
+        .max_opening_per_user = PENDING_PER_UID,
+    };
+    snprintf(s.socket, sizeof s.socket, "%s", d->cfg->socket_path);
     pthread_mutex_lock(&d->rmu);
-    unsigned queued = d->ndead + d->reaping;
+    s.apps_reaping = d->ndead + d->reaping;
     pthread_mutex_unlock(&d->rmu);
-    fprintf(f, "  departed applications %llu (blocks given back %llu, %u being torn down), "
-               "rejected messages %llu\n",
-            (unsigned long long)atomic_load(&d->apps_reaped),
-            (unsigned long long)atomic_load(&d->blocks_reaped), queued,
-            (unsigned long long)atomic_load(&d->bad_messages));
-    fprintf(f, "  connections: %u applications (at most %u, %u per user), %u opening (at most "
-               "%u, %u per user)\n",
-            d->napps, d->max_apps, d->max_apps_per_uid, d->npend, d->pend_cap, PENDING_PER_UID);
+    /* what must be there first, so that a full report still has it */
+    size_t room = sizeof b->buf - (sizeof(struct st_hdr) + sizeof s) -
+                  d->nnodes * (sizeof(struct st_hdr) + sizeof(struct st_node)) -
+                  d->nworkers * (sizeof(struct st_hdr) + sizeof(struct st_worker));
+    unsigned listed = (unsigned)(room / (sizeof(struct st_hdr) + sizeof(struct st_app)));
+    if (listed > d->napps)
+        listed = d->napps;
+    s.apps_unlisted = d->napps - listed;
+    st_add(b, ST_SERVICE, &s);
     for (unsigned i = 0; i < d->nnodes; i++) {
         struct dnode *dn = &d->nodes[i];
-        fprintf(f, "memory node %u: %s via %s, user %u, %s\n", i, dn->pool, dn->path, dn->uid,
-                dn->fd >= 0 ? "connected" : "reconnecting");
-        struct occ_report r;
-        occ_scan(&dn->n->g, dn->tp->base, &r, NULL);
-        occ_print(&r, f);
+        struct st_node n = {.index = i, .uid = dn->uid, .connected = dn->fd >= 0 || dn->rdma};
+        snprintf(n.pool, sizeof n.pool, "%s", dn->pool);
+        snprintf(n.path, sizeof n.path, "%s", dn->path);
+        occ_scan(&dn->n->g, dn->tp->base, &n.occ, NULL);
+        st_add(b, ST_NODE, &n);
     }
-    fprintf(f, "applications:\n");
-    for (unsigned i = 0; i < d->napps; i++) {
+    for (unsigned i = 0; i < listed; i++) {
         struct app *a = d->apps[i];
+        struct st_app r = {.id = a->id, .pid = (uint64_t)a->peer.pid, .uid = (uint64_t)a->peer.uid};
+        snprintf(r.name, sizeof r.name, "%s", a->name);
         pthread_mutex_lock(&a->mu);
-        fprintf(f, "  app %u: %s pid %d uid %d, holds %llu blocks (%llu bytes); %llu allocs, "
-                   "%llu frees, %llu pings, %llu errors, %llu over quota\n",
-                a->id, a->name, (int)a->peer.pid, (int)a->peer.uid, (unsigned long long)a->blocks,
-                (unsigned long long)a->bytes, (unsigned long long)a->allocs,
-                (unsigned long long)a->frees, (unsigned long long)a->pings,
-                (unsigned long long)a->errors, (unsigned long long)a->refused_quota);
-        fprintf(f, "    block cache: %llu refills, %llu trims, %llu blocks revoked\n",
-                (unsigned long long)a->refills, (unsigned long long)a->trims,
-                (unsigned long long)a->revoked);
+        r.blocks = a->blocks;
+        r.bytes = a->bytes;
+        r.allocs = a->allocs;
+        r.frees = a->frees;
+        r.pings = a->pings;
+        r.errors = a->errors;
+        r.over_quota = a->refused_quota;
+        r.refills = a->refills;
+        r.trims = a->trims;
+        r.revoked = a->revoked;
         pthread_mutex_unlock(&a->mu);
+        st_add(b, ST_APP, &r);
     }
-    for (unsigned i = 0; i < d->nworkers; i++)
-        fprintf(f, "worker %u: %u applications, %llu requests served, %llu sleeps, idle spin %llu us\n",
-                i, d->workers[i].napps, (unsigned long long)atomic_load(&d->workers[i].served),
-                (unsigned long long)atomic_load(&d->workers[i].sleeps),
-                (unsigned long long)atomic_load(&d->workers[i].spin_ns) / 1000);
-    fclose(f);
-    if (len > MSG_TEXT_MAX)
-        len = MSG_TEXT_MAX;
-    int rc = peer_send(p, MSG_STATUS_TEXT, seq, text, len);
-    free(text);
+    for (unsigned i = 0; i < d->nworkers; i++) {
+        struct st_worker w = {.index = i,
+                              .apps = d->workers[i].napps,
+                              .served = atomic_load(&d->workers[i].served),
+                              .sleeps = atomic_load(&d->workers[i].sleeps),
+                              .spin_ns = atomic_load(&d->workers[i].spin_ns)};
+        st_add(b, ST_WORKER, &w);
+    }
+    int rc = peer_send(p, MSG_STATUS_REPORT, seq, b->buf, b->len);
+    free(b);
     return rc;
 }
 

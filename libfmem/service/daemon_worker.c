@@ -51,6 +51,8 @@ static int alloc_once(struct fmemd *d, struct app *a, unsigned k, fmem_handle *o
         a->bytes += bytes;
         a->blocks++;
         a->allocs++;
+        if (node_last_retries > a->max_retries)
+            a->max_retries = node_last_retries;
         return 0;
     }
     return rc;
@@ -96,6 +98,27 @@ int app_free(struct fmemd *d, struct app *a, const fmem_handle *h)
     return rc;
 }
 
+/* A handle the application says it does not hold: name the mistake as a
+ * pool opened in-process would (node_free), changing nothing. */
+static int free_verdict(struct fmemd *d, struct app *a, const fmem_handle *h)
+{
+    if (cache_holds(a, h))
+        return FMEM_EDOUBLEFREE; /* freed into its cache already */
+    struct dnode *dn = &d->nodes[h->node];
+    if (!dn->n)
+        return FMEM_EBADHANDLE;
+    uint64_t chunk = h->addr >> CHUNK_SHIFT;
+    unsigned k = chunks_log2(h->length);
+    struct own_entry *e = own_get(&a->own, own_key(h->node, chunk));
+    if (e) /* ours, while the application lets go of it or takes it again */
+        return e->log2_chunks != k ? FMEM_EBADHANDLE
+               : e->rkey != h->rkey ? FMEM_EACCES
+                                    : FMEM_EDOUBLEFREE;
+    int rc = node_free_verdict(dn->n, chunk, k, h->rkey);
+    /* a live block of another application is not this one's to name */
+    return rc == 0 ? FMEM_EBADHANDLE : rc;
+}
+
 void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, struct ring_rsp *rsp)
 {
     struct svc_req r;
@@ -114,6 +137,9 @@ void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, 
             /* a block in its cache is not the application's to free: it
              * is free as far as the application knows */
             rsp->rc = cache_holds(a, &r.h) ? FMEM_EBADHANDLE : app_free(d, a, &r.h);
+            break;
+        case RING_FREE_CHECK:
+            rsp->rc = free_verdict(d, a, &r.h);
             break;
         case RING_REFILL:
             rsp->rc = cache_refill(d, a, r.log2_chunks, r.count, &rsp->count);
@@ -144,7 +170,14 @@ static unsigned serve(struct fmemd *d, struct app *a)
             continue;
         struct ring_rsp rsp;
         pthread_mutex_lock(&a->mu);
+        struct tp_trace t0 = tp_trace; /* this thread's: the request's share */
         handle_request(d, a, &req, &rsp);
+        a->ops.cas += tp_trace.cas - t0.cas;
+        a->ops.cas_fail += tp_trace.cas_fail - t0.cas_fail;
+        a->ops.reads += tp_trace.reads - t0.reads;
+        a->ops.writes += tp_trace.writes - t0.writes;
+        a->ops.round_trips += tp_trace.round_trips - t0.round_trips;
+        a->ops.log_cas += tp_trace.log_cas - t0.log_cas;
         pthread_mutex_unlock(&a->mu);
         ring_finish(a->ring, i, &rsp);
         n++;

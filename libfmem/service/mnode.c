@@ -32,6 +32,7 @@
 #include "service/proto.h"
 #include "service/ring.h"
 #include "service/sock.h"
+#include "service/status_wire.h"
 #include "session_table.h"
 #include "service/uidtab.h"
 #ifdef HAVE_RDMA
@@ -433,49 +434,49 @@ static void on_register(struct mnode *m, struct conn *c, const struct msg *msg)
 
 static int send_status(struct mnode *m, struct conn *c, uint32_t seq)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
+    struct st_builder *b = calloc(1, sizeof *b);
+    if (!b)
         return peer_send_error(&c->p, seq, FMEM_ENOMEM, "out of memory");
-    struct occ_report r;
-    occ_scan(&m->node->g, m->node->tp->base, &r, NULL);
-    uint64_t now = ring_now_ns();
-    fprintf(f, "memory node %s (pid %d, up %.0f s)\n", m->cfg->pool_uri, (int)getpid(),
-            (now - m->started_ns) / 1e9);
-    occ_print(&r, f);
-    uint64_t keys = atomic_load(&m->regen.keys), wns = atomic_load(&m->regen.work_ns);
-    fprintf(f, "  key regenerator: %llu keys issued in %llu passes, %.0f keys/s while working, "
-               "last pass %llu\n",
-            (unsigned long long)keys, (unsigned long long)atomic_load(&m->regen.scans),
-            wns ? keys / (wns / 1e9) : 0.0, (unsigned long long)atomic_load(&m->regen.last_keys));
-    unsigned nsvc = 0;
+    struct st_mnode s = {.pid = (uint64_t)getpid(),
+                         .uptime_ns = ring_now_ns() - m->started_ns,
+                         .keys = atomic_load(&m->regen.keys),
+                         .key_passes = atomic_load(&m->regen.scans),
+                         .key_work_ns = atomic_load(&m->regen.work_ns),
+                         .key_last_pass = atomic_load(&m->regen.last_keys)};
+    snprintf(s.pool, sizeof s.pool, "%s", m->cfg->pool_uri);
     for (unsigned i = 0; i < m->nconns; i++)
-        nsvc += m->conns[i].service;
-    fprintf(f, "services: %u\n", nsvc);
+        s.services += m->conns[i].service;
+    pthread_mutex_lock(&m->mu);
+    s.recoveries = m->recoveries;
+    s.recoveries_queued = m->njobs;
+    pthread_mutex_unlock(&m->mu);
+    st_add(b, ST_MNODE, &s);
+    struct st_node n = {.connected = 1};
+    snprintf(n.pool, sizeof n.pool, "%s", m->cfg->pool_uri);
+    occ_scan(&m->node->g, m->node->tp->base, &n.occ, NULL);
+    st_add(b, ST_NODE, &n);
+    uint64_t now = ring_now_ns();
     for (unsigned i = 0; i < m->nconns; i++) {
-        struct conn *s = &m->conns[i];
-        if (!s->service)
+        struct conn *sc = &m->conns[i];
+        if (!sc->service)
             continue;
-        fprintf(f, "  user %u: %s pid %d, %u applications holding %llu bytes, last heartbeat "
-                   "%.0f ms ago\n",
-                s->uid, s->name, (int)s->p.pid, s->napps, (unsigned long long)s->app_bytes,
-                (now - s->last_hb_ns) / 1e6);
+        struct st_peer pr = {.uid = sc->uid, .pid = (uint64_t)sc->p.pid, .apps = sc->napps,
+                             .app_bytes = sc->app_bytes, .heartbeat_age_ns = now - sc->last_hb_ns};
+        snprintf(pr.name, sizeof pr.name, "%s", sc->name);
+        st_add(b, ST_PEER, &pr);
     }
     pthread_mutex_lock(&m->mu);
-    fprintf(f, "recoveries: %llu (%u queued)\n", (unsigned long long)m->recoveries, m->njobs);
     for (unsigned i = 0; i < m->nhist; i++) {
         struct history *h = &m->hist[i];
-        fprintf(f, "  user %u (%s): %s, %llu blocks, %llu bytes, %.3f ms\n", h->uid, h->name,
-                h->why, (unsigned long long)h->st.blocks_freed,
-                (unsigned long long)h->st.bytes_freed, h->st.elapsed_ns / 1e6);
+        struct st_recovery r = {.uid = h->uid, .blocks = h->st.blocks_freed,
+                                .bytes = h->st.bytes_freed, .elapsed_ns = h->st.elapsed_ns};
+        snprintf(r.name, sizeof r.name, "%s", h->name);
+        snprintf(r.why, sizeof r.why, "%s", h->why);
+        st_add(b, ST_RECOVERY, &r);
     }
     pthread_mutex_unlock(&m->mu);
-    fclose(f);
-    if (len > MSG_TEXT_MAX)
-        len = MSG_TEXT_MAX;
-    int rc = peer_send(&c->p, MSG_STATUS_TEXT, seq, text, len);
-    free(text);
+    int rc = peer_send(&c->p, MSG_STATUS_REPORT, seq, b->buf, b->len);
+    free(b);
     return rc;
 }
 

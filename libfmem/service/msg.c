@@ -7,6 +7,7 @@
 
 #include "layout.h"
 #include "service/proto.h"
+#include "service/status_wire.h"
 
 static const struct {
     const char *name;
@@ -17,7 +18,7 @@ static const struct {
     [MSG_APP_HELLO] = {"app-hello", sizeof(struct msg_app_hello), 0},
     [MSG_APP_WELCOME] = {"app-welcome", sizeof(struct msg_app_welcome), 0},
     [MSG_STATUS_REQ] = {"status-req", sizeof(struct msg_status_req), 0},
-    [MSG_STATUS_TEXT] = {"status-text", 0, MSG_TEXT_MAX},
+    [MSG_STATUS_REPORT] = {"status-report", 0, MSG_TEXT_MAX},
     [MSG_MAP_REQ] = {"map-req", sizeof(struct msg_status_req), 0},
     [MSG_MAP_CHUNK] = {"map-chunk", sizeof(struct msg_map_chunk), MSG_MAP_MAX},
     [MSG_STATS_REQ] = {"stats-req", 0, 0},
@@ -138,11 +139,11 @@ int msg_decode(const void *buf, size_t n, struct msg *out)
     if (fixed)
         memcpy(&out->u, p, fixed);
     size_t tail = plen - fixed;
-    if (h.type == MSG_STATUS_TEXT) {
-        if (memchr(p, 0, tail)) /* text: no NUL inside */
+    if (h.type == MSG_STATUS_REPORT) {
+        if (st_check(p, tail))
             return FMEM_EINVAL;
-        out->text = p;
-        out->text_len = tail;
+        out->report = p;
+        out->report_len = tail;
     } else if (h.type == MSG_MAP_CHUNK) {
         if (tail != out->u.map.count)
             return FMEM_EINVAL;
@@ -169,8 +170,9 @@ int ring_req_decode(const struct ring_req *req, uint64_t max_bytes, unsigned nno
         out->log2_chunks = chunks_log2(req->size);
         return 0;
     }
-    case RING_FREE: {
-        out->op = RING_FREE;
+    case RING_FREE:
+    case RING_FREE_CHECK: {
+        out->op = req->op;
         const fmem_handle *h = &req->h;
         if (h->node >= nnodes || h->flags || h->length < FMEM_CHUNK_SIZE ||
             h->length > max_bytes || (h->length & (h->length - 1)) ||

@@ -2,6 +2,7 @@
 #include "service/occupancy.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -173,48 +174,4 @@ int occ_map_file(const char *path, struct geometry *g, const void **meta, size_t
 out:
     close(fd);
     return rc;
-}
-
-static void human(char *b, size_t n, uint64_t v)
-{
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double d = (double)v;
-    int i = 0;
-    while (d >= 1024 && i < 4) {
-        d /= 1024;
-        i++;
-    }
-    snprintf(b, n, i ? "%.1f %s" : "%.0f %s", d, u[i]);
-}
-
-void occ_print(const struct occ_report *r, FILE *f)
-{
-    char cap[32], used[32], fr[32], big[32], meta[32];
-    human(cap, sizeof cap, r->capacity_bytes);
-    human(used, sizeof used, r->used_bytes);
-    human(fr, sizeof fr, r->free_bytes);
-    human(big, sizeof big, r->largest_free_bytes);
-    human(meta, sizeof meta, r->metadata_bytes);
-    fprintf(f, "  capacity %s, used %s (%.1f%%), free %s, metadata %s\n", cap, used,
-            r->capacity_bytes ? 100.0 * (double)r->used_bytes / (double)r->capacity_bytes : 0.0, fr,
-            meta);
-    fprintf(f, "  largest free block %s, fragmentation %.1f%%\n", big, 100 * r->fragmentation);
-    fprintf(f, "  spans: %llu free, %llu chunk layer (%llu contended), %llu in span blocks, "
-               "%llu moving\n",
-            (unsigned long long)r->spans_free, (unsigned long long)r->spans_chunk,
-            (unsigned long long)r->spans_contended, (unsigned long long)r->spans_block,
-            (unsigned long long)r->spans_moving);
-    fprintf(f, "  user ids in use %llu of %llu\n", (unsigned long long)r->users_active,
-            (unsigned long long)(r->nusers - 1));
-    fprintf(f, "  live blocks by size:");
-    int any = 0;
-    for (int k = 0; k < FMEM_SIZE_CLASSES; k++) {
-        if (!r->blocks[k])
-            continue;
-        char sz[32];
-        human(sz, sizeof sz, FMEM_CHUNK_SIZE << k);
-        fprintf(f, " %s x%llu", sz, (unsigned long long)r->blocks[k]);
-        any = 1;
-    }
-    fprintf(f, any ? "\n" : " none\n");
 }

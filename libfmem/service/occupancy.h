@@ -7,7 +7,6 @@
 #define FMEM_SVC_OCCUPANCY_H
 
 #include <stdint.h>
-#include <stdio.h>
 
 #include "fmem.h"
 #include "layout.h"
@@ -45,8 +44,5 @@ void occ_states(const struct geometry *g, const void *meta, uint64_t first, uint
 
 /* Map a pool's metadata file read-only and read its geometry. 0 or FMEM_E*. */
 int occ_map_file(const char *path, struct geometry *g, const void **meta, size_t *len);
-
-/* Human-readable report lines. */
-void occ_print(const struct occ_report *r, FILE *f);
 
 #endif

@@ -5,7 +5,7 @@
  *
  * Every socket is SOCK_SEQPACKET: one datagram is one message, so a message
  * is never split or merged. Every message starts with a msg_hdr whose `len`
- * is the whole datagram; each type has a fixed payload size (STATUS_TEXT and
+ * is the whole datagram; each type has a fixed payload size (STATUS_REPORT and
  * MAP_CHUNK: a bounded variable tail). Whatever arrives from another process
  * goes through msg_decode() (msg.c), which rejects anything malformed. */
 #ifndef FMEM_SVC_PROTO_H
@@ -18,7 +18,7 @@
 #include "fmem.h"
 
 #define MSG_MAGIC 0x56534d46u /* "FMSV" little endian */
-#define MSG_VERSION 3
+#define MSG_VERSION 4
 #define MSG_NAME_MAX 32         /* names carried in messages, NUL included */
 #define MSG_MAX_BYTES 65536     /* largest datagram anyone sends */
 #define MSG_TEXT_MAX (MSG_MAX_BYTES - 64)
@@ -32,7 +32,7 @@ enum msg_type {
     MSG_APP_WELCOME,      /* fmemd -> app: + fds: ring, data file and session
                            * table per shm node */
     MSG_STATUS_REQ,       /* tool -> daemon */
-    MSG_STATUS_TEXT,      /* daemon -> tool: human-readable report */
+    MSG_STATUS_REPORT,    /* daemon -> tool: status records (status_wire.h) */
     MSG_MAP_REQ,          /* tool -> daemon: span states of one node */
     MSG_MAP_CHUNK,        /* daemon -> tool: part of the span states */
     MSG_STATS_REQ,        /* app -> fmemd: pool figures for fmem_stats */
@@ -102,6 +102,8 @@ struct msg_stats {
     uint64_t capacity_bytes, allocated_bytes, metadata_bytes;
     uint32_t nodes, user_id;
     uint64_t app_bytes, app_allocs; /* this application's holdings */
+    /* the memory operations fmemd issued for this application's requests */
+    uint64_t cas_ops, cas_failures, reads, writes, round_trips, log_flushes, max_retries;
 };
 
 struct msg_svc_register {
@@ -141,8 +143,8 @@ struct msg {
         struct msg_svc_welcome svc_welcome;
         struct msg_heartbeat heartbeat;
     } u;
-    const char *text;      /* STATUS_TEXT: points into the buffer */
-    size_t text_len;
+    const void *report;    /* STATUS_REPORT: records, checked; in the buffer */
+    size_t report_len;
     const uint8_t *states; /* MAP_CHUNK: points into the buffer */
 };
 
@@ -174,6 +176,9 @@ enum ring_op {
     RING_FREE,
     RING_REFILL, /* put up to `count` new blocks of `size` bytes in the cache */
     RING_TRIM,   /* give back the cached blocks of `size` bytes beyond entry `count` */
+    RING_FREE_CHECK, /* a handle the application does not hold: what would
+                      * freeing it answer (EDOUBLEFREE, EACCES, EBADHANDLE)?
+                      * reads only */
     RING_OP_END
 };
 

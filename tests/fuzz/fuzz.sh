@@ -32,14 +32,13 @@ seeds=$srcdir/tests/fuzz/seeds/$target
 
 core_sources() { # every library source that needs nothing but libc (and the
     # ssd:/zmem: stores' lz4 and zstd; ssd: without liburing here)
-    (cd "$srcdir" && ls libfmem/*.c libfmem/service/*.c libfmem/transport/*.c) |
-        grep -v -e status_cmd.c -e pngmap.c
+    (cd "$srcdir" && ls libfmem/*.c libfmem/core/*.c libfmem/transport/*.c libfmem/service/*.c)
 }
 extra=""
 case $target in
-msg) sources="libfmem/service/msg.c"; extra="-max_len=70000" ;;
+msg) sources="libfmem/service/msg.c libfmem/service/status_wire.c"; extra="-max_len=70000" ;;
 uri) sources="libfmem/uri.c"; extra="-max_len=8192" ;;
-verbs_hello) sources="libfmem/verbs/verbs_proto.c"; extra="-max_len=256" ;;
+verbs_hello) sources="libfmem/transport/verbs/verbs_proto.c"; extra="-max_len=256" ;;
 pool_file) sources=$(core_sources); extra="-max_len=65536" ;;
 # the daemons' threads allocate as they please: no leak check per input
 handshake) sources=$(core_sources); extra="-max_len=16384 -detect_leaks=0" ;;
@@ -61,7 +60,7 @@ if [ ! -x "$probe" ] &&
     exit 77
 fi
 FLAGS="-g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -std=c11 -D_GNU_SOURCE"
-CPP="-I$srcdir/libfmem/include -I$srcdir/libfmem"
+CPP="-I$srcdir/libfmem/include -I$srcdir/libfmem -I$srcdir/libfmem/core -I$srcdir/libfmem/transport"
 
 # build, one at a time (make -j runs several targets at once): an object is
 # rebuilt when its source or any header is newer

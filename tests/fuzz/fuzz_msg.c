@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "service/proto.h"
+#include "service/status_wire.h"
 
 static void check_msg(const uint8_t *data, size_t size)
 {
@@ -16,9 +17,11 @@ static void check_msg(const uint8_t *data, size_t size)
     /* what the decoder vouches for must hold */
     if (m.type == 0 || m.type >= MSG_TYPE_END)
         abort();
-    if (m.type == MSG_STATUS_TEXT) {
-        if (m.text_len > MSG_TEXT_MAX || memchr(m.text, 0, m.text_len))
+    if (m.type == MSG_STATUS_REPORT) {
+        struct st_report r;
+        if (m.report_len > MSG_TEXT_MAX || st_parse(m.report, m.report_len, &r) == FMEM_EINVAL)
             abort();
+        st_free(&r);
     }
     if (m.type == MSG_MAP_CHUNK) {
         volatile uint8_t sum = 0;

@@ -199,6 +199,7 @@ static bool flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
             struct tp_op op = {.kind = TP_CAS, .off = eoff, .expect = e, .desired = want};
             r = tp_post(n->tp, &op);
             tp_trace.log_cas++;
+            atomic_fetch_add_explicit(&n->tp->n_logs, 1, memory_order_relaxed);
             if (r == 0) {
                 posted_flush.n = n;
                 posted_flush.hdr_off = hdr_off;
@@ -211,6 +212,7 @@ static bool flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
         } else {
             r = tp_cas(n->tp, eoff, e, want, NULL);
             tp_trace.log_cas++;
+            atomic_fetch_add_explicit(&n->tp->n_logs, 1, memory_order_relaxed);
         }
         if (r != 0)
             return false; /* written, or a transport error */

@@ -1,4 +1,4 @@
-/* transport_nic.c - NIC emulation for the injected round trip (rtt_mode=nic).
+/* nic.c - NIC emulation for the injected round trip (rtt_mode=nic).
  *
  * The model: the network and the NICs are a processor of their own. A
  * client posts a request and sleeps on a futex, so that waiting for the

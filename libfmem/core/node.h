@@ -114,6 +114,11 @@ void node_release_blocks(struct node *n);
 /* alloc.c: the two-layer protocol. A block is (first chunk, log2 chunks). */
 int node_alloc(struct node *n, unsigned log2_chunks, uint64_t *chunk, uint32_t *rkey);
 int node_free(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rkey);
+/* What node_free would answer for this handle, touching nothing: 0 if it
+ * would free the block (its key is live), else FMEM_EDOUBLEFREE,
+ * FMEM_EACCES or FMEM_EBADHANDLE. The service uses it for the handles an
+ * application no longer holds, so that a double free is named as here. */
+int node_free_verdict(struct node *n, uint64_t chunk, unsigned log2_chunks, uint32_t rkey);
 /* Free on behalf of `uid` without a key check (recovery). */
 int node_free_as(struct node *n, uint64_t chunk, unsigned log2_chunks, unsigned uid);
 /* Free section x alone, one part of a multi-section block (recovery). */

@@ -3,7 +3,7 @@
  * space, fragmentation, services and applications, and optionally draw the
  * occupancy map as a PNG. Also `fmem mnode` / `fmem daemon`, which run the
  * daemons in the foreground. */
-#include "service/status_cmd.h"
+#include "status_cmd.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -19,12 +19,16 @@
 
 #include "service/client.h"
 #include "service/occupancy.h"
-#include "service/pngmap.h"
+#include "pngmap.h"
 #include "service/proto.h"
 #include "service/sock.h"
+#include "status_print.h"
 #include "uri.h"
 
 #define DEFAULT_SERVICE "fmem://"
+
+/* with --json, stdout has the JSON only; notes go to stderr */
+static bool json_mode;
 
 static int draw(const char *png, const uint8_t *states, uint64_t nspans, const char *name)
 {
@@ -42,13 +46,14 @@ static int draw(const char *png, const uint8_t *states, uint64_t nspans, const c
         fprintf(stderr, "fmem: %s: %s\n", png, strerror(errno));
         return 1;
     }
-    printf("map: %s (%llu spans%s)\n", png, (unsigned long long)nspans,
+    fprintf(json_mode ? stderr : stdout, "map: %s (%llu spans%s)\n", png, (unsigned long long)nspans,
            files > 1 ? ", in several tiles: the next ones are named NAME-2.png, ..." : "");
     return 0;
 }
 
-/* A daemon's socket: status text, and the map of one node. */
-static int status_socket(const char *uri, const char *png, unsigned node)
+/* A daemon's socket: its status records as text or JSON, and the map of
+ * one node. */
+static int status_socket(const char *uri, const char *png, unsigned node, bool json)
 {
     char path[PATH_MAX];
     const char *p = !strncmp(uri, "unix:", 5) ? uri + 5 : NULL;
@@ -80,9 +85,21 @@ static int status_socket(const char *uri, const char *png, unsigned node)
         fprintf(stderr, "fmem: %s: %s\n", path, m.u.error.text);
         goto out;
     }
-    if (m.type != MSG_STATUS_TEXT)
+    if (m.type != MSG_STATUS_REPORT) {
+        fprintf(stderr, "fmem: %s: unexpected answer (%s)\n", path, msg_type_name(m.type));
         goto out;
-    fwrite(m.text, 1, m.text_len, stdout);
+    }
+    struct st_report rep;
+    if (st_parse(m.report, m.report_len, &rep)) {
+        st_free(&rep);
+        fprintf(stderr, "fmem: %s: %s\n", path, fmem_strerror(FMEM_ENOMEM));
+        goto out;
+    }
+    if (json)
+        status_print_json(&rep, stdout);
+    else
+        status_print_text(&rep, stdout);
+    st_free(&rep);
     status = 0;
     if (!png)
         goto out;
@@ -123,43 +140,6 @@ out:
     return status;
 }
 
-/* One node's report as a JSON object (fmem status --json). */
-static void print_json_node(FILE *f, int node, const char *path, const struct occ_report *r)
-{
-    fputs("{\"node\": ", f);
-    fprintf(f, "%d, \"path\": \"", node);
-    for (const char *c = path; *c; c++) /* escape what JSON requires */
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if ((unsigned char)*c < 0x20)
-            fprintf(f, "\\u%04x", (unsigned char)*c);
-        else
-            fputc(*c, f);
-    fprintf(f, "\", \"capacity_bytes\": %llu, \"used_bytes\": %llu, \"free_bytes\": %llu, "
-               "\"metadata_bytes\": %llu, \"largest_free_bytes\": %llu, "
-               "\"fragmentation\": %.6f, \"sections\": %llu, \"spans\": {\"total\": %llu, "
-               "\"free\": %llu, \"chunk\": %llu, \"contended\": %llu, \"block\": %llu, "
-               "\"moving\": %llu}, \"users\": {\"active\": %llu, \"slots\": %llu}, "
-               "\"live_blocks\": {",
-            (unsigned long long)r->capacity_bytes, (unsigned long long)r->used_bytes,
-            (unsigned long long)r->free_bytes, (unsigned long long)r->metadata_bytes,
-            (unsigned long long)r->largest_free_bytes, r->fragmentation,
-            (unsigned long long)r->nsections, (unsigned long long)r->nspans,
-            (unsigned long long)r->spans_free, (unsigned long long)r->spans_chunk,
-            (unsigned long long)r->spans_contended, (unsigned long long)r->spans_block,
-            (unsigned long long)r->spans_moving, (unsigned long long)r->users_active,
-            (unsigned long long)(r->nusers - 1));
-    const char *sep = "";
-    for (int k = 0; k < FMEM_SIZE_CLASSES; k++) {
-        if (!r->blocks[k])
-            continue;
-        fprintf(f, "%s\"%llu\": %llu", sep, (unsigned long long)(FMEM_CHUNK_SIZE << k),
-                (unsigned long long)r->blocks[k]);
-        sep = ", ";
-    }
-    fputs("}}", f);
-}
-
 /* A named pool read straight from its metadata file. */
 static int status_pool(const char *uri, const char *png, unsigned want_node, bool node_given,
                        bool json)
@@ -181,8 +161,11 @@ static int status_pool(const char *uri, const char *png, unsigned want_node, boo
         free(us);
         return 2;
     }
-    if (json)
-        printf("{\"pool\": \"%s\", \"nodes\": [", strchr(uri, '"') ? "?" : uri);
+    if (json) {
+        fputs("{\"kind\": \"pool\", \"pool\": ", stdout);
+        json_string(stdout, uri);
+        fputs(", \"nodes\": [", stdout);
+    }
     int printed = 0;
     for (int i = 0; i < n; i++) {
         if (us[i].kind == URI_MEM) {
@@ -218,14 +201,14 @@ static int status_pool(const char *uri, const char *png, unsigned want_node, boo
         occ_scan(&g, meta, &r, states);
         if (json) {
             printf(printed++ ? ", " : "");
-            print_json_node(stdout, i, us[i].path, &r);
+            json_node(stdout, (unsigned)i, us[i].path, &r);
         } else {
             printf("pool %s (node %d)\n", us[i].path, i);
             if (us[i].bw || us[i].rtt_ns) /* what regions over this URI get per path */
                 printf("  path: emulated link %llu bytes/s%s, round trip %llu ns (from the URI)\n",
                        (unsigned long long)us[i].bw, us[i].bw ? "" : " (unlimited)",
                        (unsigned long long)us[i].rtt_ns);
-            occ_print(&r, stdout);
+            status_print_occ(&r, stdout);
         }
         if (states && draw(png, states, g.nspans, us[i].path))
             status = 1;
@@ -245,7 +228,7 @@ static int status_help(void)
            "URI: shm:/NAME or file:/PATH (read from the pool's metadata, read-only), or a\n"
            "daemon's socket: a socket's path, unix:/PATH or fmem://[localhost]/PATH.\n"
            "Without URI: $FMEM_URI, else the default service socket (%s).\n"
-           "  --json        the report as one JSON object (pool files)\n"
+           "  --json        the report as one JSON object\n"
            "  --map F.png   draw the occupancy map of one node as a PNG\n"
            "  --node N      the node whose map is drawn (default 0)\n",
            "/run/fmem/fmemd.sock");
@@ -270,7 +253,7 @@ int cmd_status(int argc, char **argv)
         if ((!strcmp(a, "--map") || !strcmp(a, "--node")) && i + 1 >= argc)
             return status_usage_error("option needs a value:", a);
         if (!strcmp(a, "--json")) {
-            json = true;
+            json = json_mode = true;
         } else if (!strcmp(a, "--map")) {
             png = argv[++i];
             size_t len = strlen(png);
@@ -316,14 +299,8 @@ int cmd_status(int argc, char **argv)
             return 2;
         }
     }
-    if (service_uri(uri)) {
-        if (json) {
-            fprintf(stderr, "fmem status: --json is supported for pool files (shm:, file:) "
-                            "only; a daemon answers with text\n");
-            return 2;
-        }
-        return status_socket(uri, png, node);
-    }
+    if (service_uri(uri))
+        return status_socket(uri, png, node, json);
     return status_pool(uri, png, node, node_given, json);
 }
 

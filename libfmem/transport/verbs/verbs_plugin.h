@@ -1,5 +1,5 @@
 /* verbs_plugin.h - the interface between libfmem.so and its verbs transport
- * plugin (PKGLIBDIR/libfmem-verbs.so, see libfmem/verbs/plugin.am). Both
+ * plugin (PKGLIBDIR/libfmem-verbs.so, see libfmem/transport/verbs/plugin.am). Both
  * come from the same build: the plugin names its version and the loader
  * takes only its own. */
 #ifndef FMEM_VERBS_PLUGIN_H

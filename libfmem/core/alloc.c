@@ -423,6 +423,25 @@ int node_quarantine_finish(struct node *n, uint64_t chunk, unsigned log2c)
     return layer_free(n, chunk, log2c, log_uid(e), &h);
 }
 
+int node_free_verdict(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
+{
+    if (!block_ok(n, chunk, log2c))
+        return FMEM_EBADHANDLE;
+    uint64_t h, cap, e = 0;
+    struct tp_op ops[3] = {
+        {.kind = TP_READ, .off = state_off(n, chunk, log2c), .buf = &h, .len = 8},
+        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
+        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
+    };
+    int rc = tp_batch(n->tp, ops, n->log_none ? 2 : 3);
+    if (rc)
+        return rc;
+    /* the same verdicts, in the same order, as node_free below */
+    if (!block_allocated(h, chunk, log2c) || (!n->log_none && log_quarantined(e)))
+        return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
+    return judge(n, chunk, log2c, rkey, cap, e);
+}
+
 int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
     if (!block_ok(n, chunk, log2c))

@@ -1,10 +1,10 @@
-/* transport_shm.c - the shared-memory transport: the pool is private
+/* shm.c - the shared-memory transport: the pool is private
  * anonymous memory (mem:, one process) or a file on /dev/shm or hugetlbfs
  * (several processes), mapped whole; one-sided operations are memcpy and CPU atomics, optionally delayed
  * by an injected round trip so that contention behaves as over a network.
  * The delay is waited for by the caller spinning (rtt_mode=spin: half the
  * round trip, the operations, the other half), or by the NIC emulator
- * (rtt_mode=nic, transport_nic.c: the caller sleeps, the emulator runs the
+ * (rtt_mode=nic, nic.c: the caller sleeps, the emulator runs the
  * operations half a round trip after posting). With a bandwidth limit
  * (bw=) every batch also waits for its bytes to pass the node's emulated
  * link (shm_batch_bw), whatever the rtt_mode. */

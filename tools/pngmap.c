@@ -1,7 +1,7 @@
 /* pngmap.c - the occupancy map of a pool as a PNG image: one square cell per
  * span (128 KiB), sections of 16 spans side by side, colored by state, with
  * a title and a legend drawn in a small built-in font. */
-#include "service/pngmap.h"
+#include "pngmap.h"
 
 #include <ctype.h>
 #include <png.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/font5x7.h"
+#include "font5x7.h"
 #include "service/occupancy.h"
 
 struct rgb {

@@ -73,6 +73,7 @@ struct transport {
     const char *name;  /* "shm", ... */
     /* totals over all threads, for fmem_stats */
     _Atomic uint64_t n_cas, n_cas_fail, n_reads, n_writes, n_rtts;
+    _Atomic uint64_t n_logs; /* of n_cas, the ones that flushed a redo log */
 };
 
 int tp_batch(struct transport *t, struct tp_op *ops, size_t n);
@@ -98,7 +99,7 @@ void tp_delay(uint64_t ns);
 void tp_wait_until(uint64_t when);
 uint64_t tp_now_ns(void); /* CLOCK_MONOTONIC */
 
-/* ---- NIC emulation (transport_nic.c) -------------------------------------
+/* ---- NIC emulation (nic.c) ---------------------------------------------
  * One emulator thread per process plays the network: a request is posted,
  * its poster sleeps, the emulator runs the request's `exec` when it reaches
  * the memory node and wakes the poster when the answer is back. */

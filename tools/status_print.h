@@ -1,0 +1,23 @@
+/* status_print.h - `fmem status` reports for people (text) and for programs
+ * (JSON), both rendered from the same data: a daemon's status records
+ * (status_wire.h) or a pool file's occupancy report. */
+#ifndef FMEM_SVC_STATUS_PRINT_H
+#define FMEM_SVC_STATUS_PRINT_H
+
+#include <stdio.h>
+
+#include "service/occupancy.h"
+#include "service/status_wire.h"
+
+/* One node's space, fragmentation, spans and live blocks, as text lines. */
+void status_print_occ(const struct occ_report *r, FILE *f);
+void status_print_text(const struct st_report *r, FILE *f);
+/* One JSON object and a newline. */
+void status_print_json(const struct st_report *r, FILE *f);
+
+/* A JSON string (quoted and escaped). */
+void json_string(FILE *f, const char *s);
+/* One node's space as a JSON object: {"node": index, "path": ..., ...}. */
+void json_node(FILE *f, unsigned index, const char *path, const struct occ_report *r);
+
+#endif
