@@ -35,7 +35,7 @@
 #include <sys/vfs.h>
 
 #include "../../libfmem/far/lobj.h"
-#include "../../libfmem/node.h"
+#include "../../libfmem/core/node.h"
 #include "../../libfmem/pool_internal.h"
 #include "../../libfmem/transport/transport.h"
 #include "preload.h"
