@@ -4,7 +4,7 @@
 # check-suites runs: CPython's regression tests and hypothesis (numpy's and
 # pandas' tests need it); numpy's and pandas' tests ship in their packages.
 set -e
-PKGS="build-essential autoconf automake libtool pkg-config libcriterion-dev valgrind libpng-dev clang libclang-rt-14-dev libibverbs-dev librdmacm-dev libffi-dev libgmp-dev python3-dev python3-numpy python3-pandas python3-pytest python3-matplotlib python3-mypy python3-pip python3-setuptools python3-wheel liblua5.4-dev xz-utils zlib1g-dev libxml2-dev libssl-dev liburing-dev liblz4-dev libzstd-dev lua5.4 lua-busted luarocks systemd man-db"
+PKGS="build-essential autoconf automake libtool pkg-config libcriterion-dev valgrind libpng-dev clang libclang-rt-14-dev libibverbs-dev librdmacm-dev libffi-dev libgmp-dev python3-dev python3-numpy python3-pandas python3-pytest python3-matplotlib python3-mypy python3-pip python3-setuptools python3-wheel liblua5.4-dev xz-utils zlib1g-dev libxml2-dev libssl-dev liburing-dev liblz4-dev libzstd-dev lua5.4 lua-busted luarocks systemd man-db libmimalloc-dev"
 [ "$1" = --suites ] && PKGS="$PKGS libpython3.11-testsuite python3-hypothesis"
 missing=""
 for p in $PKGS; do
