@@ -24,6 +24,19 @@
 #include "fork.h"
 #include "uffd.h"
 
+/* Reading region memory that program threads write at other times: the
+ * kernel orders the two (write-protect faults, zaps), which ThreadSanitizer
+ * cannot see, so its checks are off for those copies. */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#define UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
+#define UNCHECKED_END() __tsan_ignore_thread_end()
+#else
+#define UNCHECKED_BEGIN() ((void)0)
+#define UNCHECKED_END() ((void)0)
+#endif
+
 enum unit_state {
     UNIT_ABSENT,   /* not mapped (stray zero pages may exist, see fault.c) */
     UNIT_RESIDENT, /* mapped, in the CLOCK ring */

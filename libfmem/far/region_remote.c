@@ -28,19 +28,6 @@
 #include "region_policy.h"
 #include "transport.h"
 
-/* The writer reads region memory that program threads write at other
- * times; the kernel orders the two (write-protect faults, zaps), which
- * ThreadSanitizer cannot see, so its checks are off for that copy. */
-#if defined(__SANITIZE_THREAD__)
-void __tsan_ignore_thread_begin(void);
-void __tsan_ignore_thread_end(void);
-#define UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
-#define UNCHECKED_END() __tsan_ignore_thread_end()
-#else
-#define UNCHECKED_BEGIN() ((void)0)
-#define UNCHECKED_END() ((void)0)
-#endif
-
 char region_zero_page[FMEM_REGION_MAX_UNIT] __attribute__((aligned(4096)));
 
 /* The chunk holding unit u and u's place in it. */

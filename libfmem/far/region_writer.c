@@ -23,19 +23,6 @@
 
 #include "region_internal.h"
 
-/* Reading region memory the program writes at other times: the kernel
- * orders the two (write protection, zaps), which ThreadSanitizer cannot
- * see (as in region_remote.c). */
-#if defined(__SANITIZE_THREAD__)
-void __tsan_ignore_thread_begin(void);
-void __tsan_ignore_thread_end(void);
-#define UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
-#define UNCHECKED_END() __tsan_ignore_thread_end()
-#else
-#define UNCHECKED_BEGIN() ((void)0)
-#define UNCHECKED_END() ((void)0)
-#endif
-
 #define EVICT_BATCH 128 /* CLOCK victims a batch picks */
 #define EVICT_MAX REGION_MAX_ZAPS /* units a batch claims, windows included */
 

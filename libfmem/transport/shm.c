@@ -28,41 +28,45 @@ struct shm_transport {
     struct nic *nic; /* rtt_mode=nic: the process's emulator */
 };
 
+/* One operation on memory this process maps, as a NIC executes it (also
+ * the metadata of the ssd: and zmem: stores, store_transport.c). */
+void tp_execute_local(char *base, struct tp_op *op)
+{
+    switch (op->kind) {
+    case TP_READ:
+        if (!(op->off & 7) && !(op->len & 7) && !((uintptr_t)op->buf & 7)) {
+            /* word by word: other clients CAS these words meanwhile (a
+             * NIC reads them the same way: each word whole, the block
+             * not atomically) */
+            const uint64_t *src = (const uint64_t *)(base + op->off);
+            uint64_t *dst = op->buf;
+            for (size_t w = 0; w < op->len / 8; w++)
+                dst[w] = __atomic_load_n(&src[w], __ATOMIC_ACQUIRE);
+        } else {
+            memcpy(op->buf, base + op->off, op->len);
+        }
+        break;
+    case TP_WRITE:
+        if (op->len == 8 && !(op->off & 7))
+            __atomic_store_n((uint64_t *)(base + op->off), *(uint64_t *)op->buf, __ATOMIC_RELEASE);
+        else
+            memcpy(base + op->off, op->buf, op->len);
+        break;
+    case TP_CAS: {
+        uint64_t exp = op->expect;
+        __atomic_compare_exchange_n((uint64_t *)(base + op->off), &exp, op->desired, false,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+        op->old = exp;
+        break;
+    }
+    }
+}
+
 /* The operations of a batch, as the memory node executes them. */
 static void shm_execute(char *base, struct tp_op *ops, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        struct tp_op *op = &ops[i];
-        switch (op->kind) {
-        case TP_READ:
-            if (!(op->off & 7) && !(op->len & 7) && !((uintptr_t)op->buf & 7)) {
-                /* word by word: other clients CAS these words meanwhile (a
-                 * NIC reads them the same way: each word whole, the block
-                 * not atomically) */
-                const uint64_t *src = (const uint64_t *)(base + op->off);
-                uint64_t *dst = op->buf;
-                for (size_t w = 0; w < op->len / 8; w++)
-                    dst[w] = __atomic_load_n(&src[w], __ATOMIC_ACQUIRE);
-            } else {
-                memcpy(op->buf, base + op->off, op->len);
-            }
-            break;
-        case TP_WRITE:
-            if (op->len == 8 && !(op->off & 7))
-                __atomic_store_n((uint64_t *)(base + op->off), *(uint64_t *)op->buf,
-                                 __ATOMIC_RELEASE);
-            else
-                memcpy(base + op->off, op->buf, op->len);
-            break;
-        case TP_CAS: {
-            uint64_t exp = op->expect;
-            __atomic_compare_exchange_n((uint64_t *)(base + op->off), &exp, op->desired,
-                                        false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-            op->old = exp;
-            break;
-        }
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        tp_execute_local(base, &ops[i]);
 }
 
 struct shm_req {

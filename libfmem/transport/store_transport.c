@@ -41,36 +41,6 @@ void store_fail(struct store *s, const char *fmt, ...)
     va_end(ap);
 }
 
-static void meta_op(char *base, struct tp_op *op)
-{
-    switch (op->kind) {
-    case TP_READ:
-        if (!(op->off & 7) && !(op->len & 7) && !((uintptr_t)op->buf & 7)) {
-            /* word by word: other threads CAS these words meanwhile */
-            const uint64_t *src = (const uint64_t *)(base + op->off);
-            uint64_t *dst = op->buf;
-            for (size_t w = 0; w < op->len / 8; w++)
-                dst[w] = __atomic_load_n(&src[w], __ATOMIC_ACQUIRE);
-        } else {
-            memcpy(op->buf, base + op->off, op->len);
-        }
-        break;
-    case TP_WRITE:
-        if (op->len == 8 && !(op->off & 7))
-            __atomic_store_n((uint64_t *)(base + op->off), *(uint64_t *)op->buf, __ATOMIC_RELEASE);
-        else
-            memcpy(base + op->off, op->buf, op->len);
-        break;
-    case TP_CAS: {
-        uint64_t exp = op->expect;
-        __atomic_compare_exchange_n((uint64_t *)(base + op->off), &exp, op->desired, false,
-                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-        op->old = exp;
-        break;
-    }
-    }
-}
-
 static int data_op(struct store *s, const struct tp_op *op, uint64_t off)
 {
     uint64_t t0 = tp_now_ns();
@@ -114,7 +84,7 @@ static int st_batch(struct transport *t, struct tp_op *ops, size_t n)
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (ops[i].off < meta)
-            meta_op(t->base, &ops[i]);
+            tp_execute_local(t->base, &ops[i]);
         else if (ops[i].len)
             rc = data_op(st->store, &ops[i], ops[i].off - meta);
     }

@@ -50,6 +50,9 @@ struct transport_ops {
     uint64_t (*post_lost)(struct transport *t);
 };
 
+/* Execute one operation on memory this process maps (shm.c). */
+void tp_execute_local(char *base, struct tp_op *op);
+
 /* How the injected round trip is waited for (URI key rtt_mode). */
 enum tp_rtt_mode {
     TP_RTT_SPIN, /* the calling thread spins on the clock, yielding (tp_delay) */
