@@ -4,6 +4,7 @@
  * and the directory removed at the end of each test. */
 #include "test_service_env.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -212,6 +213,20 @@ bool env_status_has(const char *sock, const char *needle)
     snprintf(cmd, sizeof cmd, "'%s/tools/fmem' status 'unix:%s' 2>&1 | grep -q -- '%s'",
              builddir(), sock, needle);
     return system(cmd) == 0;
+}
+
+unsigned env_count_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    unsigned n = 0;
+    if (!d)
+        return 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
 }
 
 void env_nap_ms(unsigned ms)

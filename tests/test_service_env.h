@@ -34,6 +34,8 @@ pid_t env_spawn(const char *log, char *const argv[]);
 bool env_wait_file(const char *path, unsigned ms);
 void env_dump_logs(const struct svc_env *e);
 void env_nap_ms(unsigned ms);
+/* Open descriptors of a process (entries of /proc/PID/fd; 0: unreadable). */
+unsigned env_count_fds(pid_t pid);
 
 int env_open_pool(const struct svc_env *e, fmem_pool **p);
 /* Bytes allocated in the pool by anyone (UINT64_MAX: cannot open it). */

@@ -5,7 +5,6 @@
  * node restarted. In each case the service keeps serving the others, the
  * metadata is not changed by bad input, and nothing leaks. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -39,20 +38,6 @@ static fmem_pool *app(unsigned i)
     return env_app(&E, i);
 }
 
-static unsigned count_fds(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(path);
-    unsigned n = 0;
-    if (!d)
-        return 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 /* Send raw bytes; return the error code fmemd answers with (0: none / EOF). */
 static int raw_exchange(int fd, const void *buf, size_t len, const int *fds, unsigned nfds)
 {
@@ -73,7 +58,7 @@ Test(faults, hostile_socket_messages)
     fmem_handle keep;
     cr_assert_eq(fmem_alloc(good, 4096, &keep), 0);
     uint64_t before = env_pool_allocated(&E);
-    unsigned fds_before = count_fds(E.fmemd[0]);
+    unsigned fds_before = env_count_fds(E.fmemd[0]);
 
     uint8_t buf[MSG_MAX_BYTES + 4096];
     struct msg_app_hello hello = {0};
@@ -163,7 +148,7 @@ Test(faults, hostile_socket_messages)
     fmem_close(p);
     /* the flooder's block goes back when fmemd sees it leave */
     cr_assert(env_wait_allocated(&E, before, 10000), "bad input changed the metadata");
-    cr_assert_leq(count_fds(E.fmemd[0]), fds_before + 1, "fmemd leaked descriptors");
+    cr_assert_leq(env_count_fds(E.fmemd[0]), fds_before + 1, "fmemd leaked descriptors");
     cr_assert(env_status_has(E.fmemd_sock[0], "rejected messages"));
     fmem_close(good);
 }

@@ -14,7 +14,6 @@
  * succeeds and no open takes more than a second; both daemons stay up with
  * their descriptors and memory bounded, and let go of everything the
  * attacker held once it is gone. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -41,20 +40,6 @@
 
 static struct svc_env E;
 static int stop_pipe[2], ready_pipe[2];
-
-static unsigned count_fds(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(path);
-    unsigned n = 0;
-    if (!d)
-        return 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
 
 static unsigned long rss_kib(pid_t pid)
 {
@@ -235,7 +220,7 @@ int main(void)
     }
     env_stop_pid(&E.fmemd[1], SIGTERM); /* started again under attack */
     chmod(E.dir, 0711);
-    unsigned fds0 = count_fds(E.fmemd[0]), mfds0 = count_fds(E.mnode);
+    unsigned fds0 = env_count_fds(E.fmemd[0]), mfds0 = env_count_fds(E.mnode);
     if (pipe2(stop_pipe, O_CLOEXEC) || pipe2(ready_pipe, O_CLOEXEC)) /* not for the daemons */
         return 1;
     pid_t att[7];
@@ -293,7 +278,7 @@ int main(void)
         if (rc == 0)
             fmem_close(p);
     }
-    unsigned fds = count_fds(E.fmemd[0]), mfds = count_fds(E.mnode);
+    unsigned fds = env_count_fds(E.fmemd[0]), mfds = env_count_fds(E.mnode);
     unsigned long rss = rss_kib(E.fmemd[0]), mrss = rss_kib(E.mnode);
     NOTE("under attack: fmemd %u descriptors, %lu KiB; memory node %u descriptors, %lu KiB", fds,
          rss, mfds, mrss);
@@ -306,14 +291,14 @@ int main(void)
     for (unsigned i = 0; i < n; i++)
         waitpid(att[i], NULL, 0);
     t0 = ring_now_ns();
-    while ((count_fds(E.fmemd[0]) > fds0 + 2 || count_fds(E.mnode) > mfds0 + 4) &&
+    while ((env_count_fds(E.fmemd[0]) > fds0 + 2 || env_count_fds(E.mnode) > mfds0 + 4) &&
            ring_now_ns() - t0 < 10000000000u)
         env_nap_ms(50);
     NOTE("after the attack: fmemd %u descriptors (from %u), memory node %u (from %u, one more "
          "service)",
-         count_fds(E.fmemd[0]), fds0, count_fds(E.mnode), mfds0);
-    CHECK(count_fds(E.fmemd[0]) <= fds0 + 2, "fmemd kept the attacker's descriptors");
-    CHECK(count_fds(E.mnode) <= mfds0 + 4, "the memory node kept the attacker's descriptors");
+         env_count_fds(E.fmemd[0]), fds0, env_count_fds(E.mnode), mfds0);
+    CHECK(env_count_fds(E.fmemd[0]) <= fds0 + 2, "fmemd kept the attacker's descriptors");
+    CHECK(env_count_fds(E.mnode) <= mfds0 + 4, "the memory node kept the attacker's descriptors");
     CHECK(alive(E.fmemd[0]) && alive(E.mnode), "a daemon died");
     int rc;
     CHECK(victim_session(&rc) >= 0, "no service after the attack: %s", fmem_strerror(rc));
