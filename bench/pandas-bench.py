@@ -149,15 +149,25 @@ class Swap:
             print(f"--vs-swap: zram swap: {e}; skipped", file=sys.stderr)
 
     def cgroup(self, limit):
-        """A memory cgroup (v2) under ours, limited to `limit` bytes."""
+        """A memory cgroup under ours, limited to `limit` bytes: cgroup v1's
+        memory controller where it is mounted, else the unified (v2)
+        hierarchy. The limit file must be the kernel's: a directory made on
+        a plain file system (no cgroup mounted there) limits nothing."""
+        v1 = os.path.isdir("/sys/fs/cgroup/memory")
         own = "/"
         with open("/proc/self/cgroup") as f:
             for line in f:
-                if line.startswith("0::"):
-                    own = line.strip()[3:]
-        d = f"/sys/fs/cgroup{own if own != '/' else ''}/fmem-pandas-bench-{os.getpid()}"
+                line = line.strip()
+                if (":memory:" in line) if v1 else line.startswith("0::"):
+                    own = line.rsplit(":", 1)[1]
+        root = "/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup"
+        d = f"{root}{own if own != '/' else ''}/fmem-pandas-bench-{os.getpid()}"
         os.makedirs(d, exist_ok=True)
-        with open(d + "/memory.max", "w") as f:
+        knob = d + ("/memory.limit_in_bytes" if v1 else "/memory.max")
+        if not os.path.exists(knob):
+            os.rmdir(d)
+            raise OSError(f"{d} is no memory cgroup")
+        with open(knob, "w") as f:
             f.write(str(limit))
         return d
 
@@ -166,6 +176,17 @@ class Swap:
             subprocess.run(["swapoff", "/dev/zram0"], check=False)
             with open(ZRAM + "/reset", "w") as f:
                 f.write("1")
+
+
+def cgroup_peak(d):
+    """The most memory the cgroup's processes used (v1 or v2), or None."""
+    for name in ("memory.max_usage_in_bytes", "memory.peak"):
+        try:
+            with open(f"{d}/{name}") as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            pass
+    return None
 
 
 def rmdir_retry(d):
@@ -232,9 +253,16 @@ def main():
                 # the interpreter, pandas and the CSV text besides the arrays
                 other = max(best["plain"]["maxrss"] - ws, 0)
                 for pct in (50, 25):
-                    cg = swap.cgroup(other + ws * pct // 100)
                     try:
-                        keep(f"swap{pct}", run_child("plain", csv, cgroup=cg))
+                        cg = swap.cgroup(other + ws * pct // 100)
+                    except OSError as e:
+                        print(f"--vs-swap: {e}; skipped", file=sys.stderr)
+                        break
+                    try:
+                        r = run_child("plain", csv, cgroup=cg)
+                        r["cgroup_limit"] = other + ws * pct // 100
+                        r["cgroup_peak"] = cgroup_peak(cg)
+                        keep(f"swap{pct}", r)
                     finally:
                         rmdir_retry(cg)
         plain = best["plain"]
@@ -244,6 +272,10 @@ def main():
             ok = r["check"] == base["check"]
             ph = " ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
             extra = ""
+            if "cgroup_limit" in r:
+                peak = r["cgroup_peak"]
+                extra = (f"  cgroup limit {r['cgroup_limit'] / 2**20:.0f} MiB, peak "
+                         f"{peak / 2**20 if peak is not None else float('nan'):.0f} MiB")
             if "region" in r:
                 st = r["region"]
                 extra = (f"  faults {st['faults']} wp {st['wp_faults']} fetched {st['fetches']}"
@@ -256,7 +288,8 @@ def main():
                             "ratio_vs_plain": plain["seconds"] / r["seconds"],
                             "cpu_seconds": r["cpu_seconds"],
                             "cpu_ratio_vs_plain": plain["cpu_seconds"] / r["cpu_seconds"],
-                            "working_set": ws, "result_ok": ok})
+                            "working_set": ws, "result_ok": ok,
+                            **{k: r[k] for k in ("cgroup_limit", "cgroup_peak") if k in r}})
             if not ok:
                 print(f"  {name}: {r['check']} against {base['check']}", file=sys.stderr)
         for pct in (50, 25):

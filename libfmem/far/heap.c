@@ -321,6 +321,7 @@ static void heap_collect(fmem_heap *h)
             theap_collect(th, 0);
         pthread_mutex_unlock(&th->lock);
     }
+    backend_release_held(h); /* after the slabs: theirs may be held too */
 }
 
 static int heap_stats(fmem_heap *h, fmem_heap_stats_t *out)

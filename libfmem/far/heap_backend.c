@@ -6,6 +6,13 @@
  * first-fit from a rover (slabs as 64 KiB-aligned runs, large objects as
  * runs of their size rounded to 4 KiB); giving a range back releases it in
  * the region (its pool chunks are freed, it reads as zeros afterwards).
+ * Freed ranges up to HELD_FRACTION of the region's cache are kept mapped
+ * instead ("held"), as malloc keeps freed memory: the next allocation of
+ * about their size reuses them (best fit among the last HELD_RUNS freed)
+ * without a fault, a zap and a release round trip each; the oldest go back
+ * to the region beyond that budget, and all of them on fmem_heap_collect
+ * and when the heap is destroyed. A held page is marked dirty (it may hold
+ * old data), so an allocation over it is not taken as zeroed.
  * Called with no heap lock held; takes h->lock for the page map of the
  * region only. */
 #include <stdlib.h>
@@ -16,6 +23,9 @@
 
 #define BLOCK HEAP_PAGE
 #define SLAB_PAGES (SLAB_SIZE / BLOCK)
+/* held freed pages: at most 1/HELD_FRACTION of the cache, HELD_MAX_BYTES */
+#define HELD_FRACTION 8
+#define HELD_MAX_BYTES ((uint64_t)256 << 20)
 
 void heap_account(struct fmem_heap *h, int64_t delta)
 {
@@ -51,13 +61,26 @@ int backend_init(struct fmem_heap *h)
     if (h->nblocks == 0)
         return FMEM_ESIZE;
     h->blocks = calloc((h->nblocks + 63) / 64, sizeof *h->blocks);
-    return h->blocks ? 0 : FMEM_ENOMEM;
+    h->dirty = calloc((h->nblocks + 63) / 64, sizeof *h->dirty);
+    if (!h->blocks || !h->dirty)
+        return FMEM_ENOMEM;
+    fmem_region_stats_t st;
+    if (fmem_region_stats(h->region, &st) == 0) {
+        uint64_t most = st.cache_bytes / HELD_FRACTION;
+        h->held_max = (size_t)((most < HELD_MAX_BYTES ? most : HELD_MAX_BYTES) / BLOCK);
+    }
+    return 0;
 }
+
+static void held_release_all(struct fmem_heap *h);
 
 void backend_destroy(struct fmem_heap *h)
 {
+    if (h->kind == HEAP_REGION && h->blocks && h->dirty)
+        held_release_all(h);
     free(h->blocks);
-    h->blocks = NULL;
+    free(h->dirty);
+    h->blocks = h->dirty = NULL;
 }
 
 static int block_used(const struct fmem_heap *h, size_t b)
@@ -76,6 +99,49 @@ static void blocks_mark(struct fmem_heap *h, size_t first, size_t n, int used)
 static size_t round_up(size_t x, size_t a)
 {
     return (x + a - 1) / a * a;
+}
+
+static int block_dirty(const struct fmem_heap *h, size_t b)
+{
+    return (int)(h->dirty[b / 64] >> (b % 64) & 1);
+}
+
+/* Clear the dirty marks of [first, first + n) (h->lock held); returns
+ * whether there were any. Only free pages are dirty, so each mark cleared
+ * is a held page less. */
+static int dirty_clear(struct fmem_heap *h, size_t first, size_t n)
+{
+    size_t cleared = 0;
+    for (size_t b = first; b < first + n; b++) {
+        uint64_t bit = (uint64_t)1 << (b % 64);
+        if (h->dirty[b / 64] & bit) {
+            h->dirty[b / 64] &= ~bit;
+            cleared++;
+        }
+    }
+    h->held_pages -= cleared;
+    return cleared != 0;
+}
+
+/* The best fit for n pages aligned to `align` pages within the held runs
+ * (h->lock held): the smallest run it fits in, its pages free. */
+static int held_find(struct fmem_heap *h, size_t n, size_t align, size_t *first)
+{
+    size_t best = SIZE_MAX;
+    for (unsigned i = 0; i < h->nheld; i++) {
+        const struct held_run *hr = &h->held[i];
+        size_t s = round_up(hr->first, align);
+        if (hr->n >= best || s + n > hr->first + hr->n)
+            continue;
+        size_t b = s;
+        while (b < s + n && !block_used(h, b))
+            b++;
+        if (b == s + n) {
+            best = hr->n;
+            *first = s;
+        }
+    }
+    return best == SIZE_MAX ? FMEM_ENOMEM : 0;
 }
 
 /* First fit for n free pages starting at a multiple of `align` pages,
@@ -112,16 +178,20 @@ static int region_take(struct fmem_heap *h, size_t n, size_t align, struct span 
 {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&h->lock);
-    int rc = n <= h->nblocks && align <= h->nblocks ? blocks_find(h, n, align, &out->first)
-                                                    : FMEM_ENOMEM;
-    if (rc == 0)
+    int rc = n > h->nblocks || align > h->nblocks ? FMEM_ENOMEM
+             : held_find(h, n, align, &out->first) == 0 ? 0
+                                                        : blocks_find(h, n, align, &out->first);
+    int dirty = 0;
+    if (rc == 0) {
         blocks_mark(h, out->first, n, 1);
+        dirty = dirty_clear(h, out->first, n);
+    }
     pthread_mutex_unlock(&h->lock);
     if (rc)
         return rc;
     out->len = n * BLOCK;
     out->ptr = (char *)fmem_region_base(h->region) + out->first * BLOCK;
-    out->zeroed = 1; /* fresh or released ranges read as zeros */
+    out->zeroed = !dirty; /* fresh or released ranges read as zeros */
     heap_account(h, (int64_t)out->len);
     return 0;
 }
@@ -157,6 +227,86 @@ static void region_give_back(struct fmem_heap *h, size_t first, size_t n)
     pthread_mutex_unlock(&h->lock);
 }
 
+/* Release the held pages within [first, first + n) (no lock held). Pages
+ * someone took meanwhile are not held any more: skipped. */
+static void held_release(struct fmem_heap *h, size_t first, size_t n)
+{
+    for (size_t b = first, end = first + n;;) {
+        pthread_mutex_lock(&h->lock);
+        while (b < end && !block_dirty(h, b))
+            b++;
+        size_t s = b;
+        while (b < end && block_dirty(h, b))
+            b++;
+        if (s < b) { /* claimed while it is released */
+            blocks_mark(h, s, b - s, 1);
+            dirty_clear(h, s, b - s);
+        }
+        pthread_mutex_unlock(&h->lock);
+        if (s == b)
+            return;
+        region_give_back(h, s, b - s);
+    }
+}
+
+static size_t held_count(const struct fmem_heap *h, const struct held_run *hr)
+{
+    size_t c = 0;
+    for (size_t b = hr->first; b < hr->first + hr->n; b++)
+        c += (size_t)block_dirty(h, b);
+    return c;
+}
+
+/* Keep the freed pages [first, first + n) mapped for reuse; the oldest
+ * held runs go back to the region beyond the budget. Returns 0 when the
+ * pages are too many to hold (the caller releases them). */
+static int held_add(struct fmem_heap *h, size_t first, size_t n)
+{
+    if (n > h->held_max)
+        return 0;
+    struct held_run out[HELD_RUNS];
+    unsigned nout = 0;
+    pthread_mutex_lock(&h->lock);
+    blocks_mark(h, first, n, 0);
+    for (size_t b = first; b < first + n; b++)
+        h->dirty[b / 64] |= (uint64_t)1 << (b % 64);
+    h->held_pages += n; /* they were in use: none was dirty */
+    size_t going = 0;   /* held pages in the runs taken out */
+    if (h->nheld == HELD_RUNS) {
+        out[nout++] = h->held[0];
+        going += held_count(h, &h->held[0]);
+        memmove(h->held, h->held + 1, --h->nheld * sizeof h->held[0]);
+    }
+    h->held[h->nheld++] = (struct held_run){first, n};
+    while (h->nheld > 1 && h->held_pages - going > h->held_max) {
+        out[nout++] = h->held[0];
+        going += held_count(h, &h->held[0]);
+        memmove(h->held, h->held + 1, --h->nheld * sizeof h->held[0]);
+    }
+    pthread_mutex_unlock(&h->lock);
+    for (unsigned i = 0; i < nout; i++)
+        held_release(h, out[i].first, out[i].n);
+    return 1;
+}
+
+static void held_release_all(struct fmem_heap *h)
+{
+    struct held_run out[HELD_RUNS];
+    pthread_mutex_lock(&h->lock);
+    unsigned nout = h->nheld;
+    memcpy(out, h->held, nout * sizeof out[0]);
+    h->nheld = 0;
+    pthread_mutex_unlock(&h->lock);
+    for (unsigned i = 0; i < nout; i++)
+        held_release(h, out[i].first, out[i].n);
+}
+
+void backend_release_held(struct fmem_heap *h)
+{
+    if (h->kind == HEAP_REGION)
+        held_release_all(h);
+}
+
 int backend_get_pages(struct fmem_heap *h, size_t size, size_t align, struct span *out)
 {
     size_t n = (size + BLOCK - 1) / BLOCK, a = align > BLOCK ? align / BLOCK : 1;
@@ -178,8 +328,11 @@ int backend_resize_pages(struct fmem_heap *h, struct span *sp, size_t size)
         for (size_t b = sp->first + cur; rc == 0 && b < sp->first + n; b++)
             if (block_used(h, b))
                 rc = FMEM_ENOMEM;
-        if (rc == 0)
+        if (rc == 0) {
             blocks_mark(h, sp->first + cur, n - cur, 1);
+            if (dirty_clear(h, sp->first + cur, n - cur))
+                sp->zeroed = 0;
+        }
         pthread_mutex_unlock(&h->lock);
         if (rc)
             return rc;
@@ -224,5 +377,6 @@ void backend_put(struct fmem_heap *h, struct span *sp)
         fmem_free(h->pool, &sp->h);
         return;
     }
-    region_give_back(h, sp->first, sp->len / BLOCK);
+    if (!held_add(h, sp->first, sp->len / BLOCK))
+        region_give_back(h, sp->first, sp->len / BLOCK);
 }

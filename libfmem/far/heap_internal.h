@@ -158,6 +158,7 @@ static inline struct slab *pagemap_get(const struct pagemap *pm, const void *p)
 #define LCACHE_MAX 8
 #define LCACHE_OBJ ((size_t)1 << 20)
 #define LCACHE_BYTES ((size_t)2 << 20)
+#define HELD_RUNS 32
 struct fmem_heap {
     uint64_t id;  /* unique for the process's lifetime */
     uintptr_t key; /* double-free key, XORed with the object address */
@@ -179,6 +180,15 @@ struct fmem_heap {
     /* region backend: one bit per 4 KiB page, set = in use */
     uint64_t *blocks;
     size_t nblocks, rover;
+    /* freed pages kept mapped, not released (heap_backend.c): a bit per
+     * page whose content may be non-zero, the runs they were freed in
+     * (every such free page lies in one), their number and the most kept */
+    uint64_t *dirty;
+    struct held_run {
+        size_t first, n;
+    } held[HELD_RUNS];
+    unsigned nheld;
+    size_t held_pages, held_max;
     struct heap_counters {
         _Atomic uint64_t remote_bytes, remote_peak, slabs, large, slab_allocs, slab_frees,
             double_frees, bad_frees, stray_frees, large_mallocs, large_frees, merges,
@@ -193,6 +203,8 @@ int backend_init(struct fmem_heap *h);
 void backend_destroy(struct fmem_heap *h);
 int backend_get(struct fmem_heap *h, size_t len, struct span *out);
 void backend_put(struct fmem_heap *h, struct span *sp);
+/* Region heaps: give the freed pages kept for reuse back to the region. */
+void backend_release_held(struct fmem_heap *h);
 /* Region heaps' large objects: a run of 4 KiB pages, `align`-aligned;
  * resizing in place takes or gives back pages after the run. */
 int backend_get_pages(struct fmem_heap *h, size_t size, size_t align, struct span *out);

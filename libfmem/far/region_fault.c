@@ -36,6 +36,8 @@
 
 enum { FAULT_DONE, FAULT_RETRY, FAULT_NOSPACE };
 
+#define FRESH_RUN_BYTES ((size_t)1 << 20) /* see fresh_run_max */
+
 static void report(const char *what, int err)
 {
     static _Atomic int said;
@@ -79,11 +81,14 @@ static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
         if (r->inst.active && u - r->inst.first < r->inst.n) { /* being mapped */
             uint32_t i = u - r->inst.first;
             char *b = r->buf + ((size_t)i << r->unit_shift);
-            if (r->inst.src[i] != b) { /* stage it: the pool copy may go */
+            if (r->inst.src[i] == region_zero_page) {
+                /* zeros stay zeros (and a fresh run may be longer than
+                 * the staging buffer) */
+            } else if (r->inst.src[i] != b) { /* stage it: the pool copy may go */
                 memcpy(b, r->inst.src[i], r->unit);
                 r->inst.src[i] = b;
             }
-            for (unsigned p = 0; p < r->pages_per_unit; p++)
+            for (unsigned p = 0; p < r->pages_per_unit && r->inst.src[i] == b; p++)
                 if (pages >> p & 1)
                     memset(b + (size_t)p * UFFD_PAGE, 0, UFFD_PAGE);
             if (full)
@@ -232,9 +237,19 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         uint32_t i = (uint32_t)(done >> r->unit_shift);
         size_t in = done & (r->unit - 1), len = r->unit - in;
         const char *from = src[i] + in;
-        while (i + 1 < n && src[i + 1] == src[i] + r->unit && src[i] != region_zero_page) {
-            len += r->unit;
-            i++;
+        if (src[i] == region_zero_page) {
+            /* zeros: the zero page covers FMEM_REGION_MAX_UNIT bytes, so
+             * a run of zero units goes in one UFFDIO_COPY too */
+            while (i + 1 < n && src[i + 1] == region_zero_page &&
+                   len + r->unit <= FMEM_REGION_MAX_UNIT) {
+                len += r->unit;
+                i++;
+            }
+        } else {
+            while (i + 1 < n && src[i + 1] == src[i] + r->unit) {
+                len += r->unit;
+                i++;
+            }
         }
         size_t got;
         int rc = uffd_copy(r->uffd, dst + done, from, len, !dirty, 0, &got);
@@ -400,6 +415,22 @@ static int make_writable(struct fmem_region *r, uint32_t u)
     return uffd_wp(r->uffd, unit_addr(r, u), r->unit, 0);
 }
 
+/* Fresh units mapped along with a first touch: zeros cost no fetch, so a
+ * run is longer than a read-ahead step (fewer faults for the program, as
+ * fresh memory is mostly written through, e.g. a new array) while the
+ * cache has slots free beyond the writer's reserve; otherwise one step,
+ * so that zeros do not push out data (lock held). */
+#define FRESH_RUN_MAX 64u /* install_ctx.released has a bit per unit */
+static uint32_t fresh_run_max(const struct fmem_region *r)
+{
+    uint32_t most = (uint32_t)(FRESH_RUN_BYTES >> r->unit_shift);
+    if (most > FRESH_RUN_MAX)
+        most = FRESH_RUN_MAX;
+    if (most < r->buf_units || r->nfree < r->reserve + most)
+        most = r->buf_units;
+    return most > FRESH_RUN_MAX ? FRESH_RUN_MAX : most;
+}
+
 static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
 {
     uintptr_t a = m->addr & ~(uintptr_t)(UFFD_PAGE - 1), b = (uintptr_t)r->base;
@@ -428,14 +459,14 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         if (write) /* the chunk exists before the writer is woken */
             (void)remote_ref(r, u);
         cache_take_slot(r, u);
-        uint32_t n = 1;
-        uint8_t rem[r->buf_units];
+        uint32_t n = 1, most = fresh_run_max(r);
+        uint8_t rem[FRESH_RUN_MAX];
         rem[0] = (uint8_t)!!remote;
         /* first touch of fresh memory: the units after it that were never
          * written are mapped along (zeros; a write fault maps them
          * writable without pool space, see evict_batch), one fault per
-         * step instead of one per unit */
-        while (fresh && n < r->buf_units && u + n < r->nunits && r->nfree > 1) {
+         * run instead of one per unit */
+        while (fresh && n < most && u + n < r->nunits && r->nfree > 1) {
             const struct region_unit *vn = &r->units[u + n];
             if (vn->state != UNIT_ABSENT || (vn->flags & (UF_REMOTE | UF_WRITTEN)) ||
                 r->ring[vn->slot] == u + n)

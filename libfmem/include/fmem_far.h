@@ -221,7 +221,9 @@ FMEM_API int fmem_heap_free(fmem_heap *h, void *ptr);
 /* Usable bytes of a live object; 0 for NULL or a pointer not owned. */
 FMEM_API size_t fmem_heap_usable_size(fmem_heap *h, const void *ptr);
 /* Give back empty slabs kept by the calling thread and by exited threads,
- * and collect frees other threads made into them. */
+ * and collect frees other threads made into them. Region heaps also
+ * release the freed pages they keep mapped for reuse (at most 1/8 of the
+ * region's cache, 256 MiB; the oldest go back beyond that on their own). */
 FMEM_API void fmem_heap_collect(fmem_heap *h);
 FMEM_API int fmem_heap_stats(fmem_heap *h, fmem_heap_stats_t *out);
 
