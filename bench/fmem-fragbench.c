@@ -17,10 +17,13 @@
  *
  * usage: fmem-fragbench [-n N] [--free-min PCT] [--free-max PCT]
  *        [--sizes a,b,c] [--seed S] [--pool-mb M] [--strided] [--json]
+ *        [--analyze]
  * --strided keeps every k-th object allocated (k = 100 / (100 - free %))
  * instead of a random subset: the live objects of every slab then sit at
  * the same offsets under sequential placement, which random placement
- * breaks up. */
+ * breaks up. --analyze prints, for the fmem columns, the pair-compatibility
+ * statistics of the heap left by the frees and what merging at 64 KiB and
+ * at 4 KiB granularity could reach (fragbench_analyze.c). */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -36,6 +39,8 @@
 #include <fmem.h>
 #include <fmem_far.h>
 
+#include "fragbench_analyze.h"
+
 struct opts {
     size_t n;
     unsigned free_min, free_max;
@@ -45,6 +50,8 @@ struct opts {
     unsigned pool_mb;
     int strided; /* keep every k-th object instead of a random subset */
     int json;    /* one JSON line per allocator instead of the table */
+    int analyze; /* fmem columns: pair-compatibility statistics */
+    const char *analyzing; /* the column being run */
 };
 
 struct result {
@@ -216,6 +223,12 @@ static void workload(const struct opts *o, struct alloc *a, struct result *r)
             r->live += len[i];
         }
     r->after_free = a->held(a->ctx);
+    if (o->analyze && a->malloc == fm_malloc) {
+        printf("%s after the frees (%llu live bytes):\n", o->analyzing,
+               (unsigned long long)r->live);
+        frag_analyze(obj, len, o->n, r->live, stdout);
+        fflush(stdout);
+    }
     t0 = now_ns();
     a->reclaim(a->ctx, r);
     r->reclaim_ns = now_ns() - t0;
@@ -314,6 +327,7 @@ int main(int argc, char **argv)
                                        {"sizes", 1, 0, 's'},    {"seed", 1, 0, 'r'},
                                        {"pool-mb", 1, 0, 'p'},  {"help", 0, 0, 'h'},
                                        {"strided", 0, 0, 'k'},  {"json", 0, 0, 'j'},
+                                       {"analyze", 0, 0, 'z'},
                                        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "n:h", lo, NULL)) != -1) {
@@ -331,9 +345,10 @@ int main(int argc, char **argv)
         case 'p': o.pool_mb = (unsigned)atoi(optarg); break;
         case 'k': o.strided = 1; break;
         case 'j': o.json = 1; break;
+        case 'z': o.analyze = 1; break;
         default:
             printf("usage: %s [-n N] [--free-min PCT] [--free-max PCT] [--sizes a,b,c] "
-                   "[--seed S] [--pool-mb M] [--strided] [--json]\n",
+                   "[--seed S] [--pool-mb M] [--strided] [--json] [--analyze]\n",
                    argv[0]);
             return c == 'h' ? 0 : 2;
         }
@@ -356,6 +371,7 @@ int main(int argc, char **argv)
     int fail = 0;
     for (unsigned i = 0; i < 4; i++) {
         struct result r;
+        o.analyzing = names[i];
         run_child(&o, names[i], &r);
         if (o.json) {
             printf("{\"bench\":\"fragbench\",\"allocator\":\"%s\",\"ok\":%s,\"objects\":%zu,"
