@@ -3,8 +3,8 @@
  *
  * From the live objects' addresses (slabs are 64 KiB aligned) it builds,
  * per size class, the set of live 16-byte granules of every unit, at two
- * granularities: the 64 KiB slab (what heap_compact.c merges) and the
- * 4 KiB page (a unit mapped on its own). Two units can share one physical
+ * granularities: the 64 KiB slab (what heap_compact.c merges), a quarter
+ * of it, and the 4 KiB page (a unit mapped on its own). Two units can share one physical
  * unit only when their live granules are disjoint. Per class and level:
  *   units     units holding a live object (empty ones are freed anyway)
  *   live %    live granules / granules of those units
@@ -39,6 +39,11 @@ static unsigned class_of(size_t n)
     while (c + 1 < NCLS && class_size[c] < n)
         c++;
     return c;
+}
+
+static const char *unit_name(uintptr_t unit)
+{
+    return unit == SLAB ? "64K" : unit == 16384 ? "16K" : "4K";
 }
 
 struct rec { /* one object's granules in one unit */
@@ -164,7 +169,7 @@ static void analyze_class(unsigned cls, const struct rec *r, size_t nr, uintptr_
             bound = count[x];
     size_t k2 = greedy(u, n, w, 1), kw = greedy(u, n, w, 0);
     fprintf(out, "  %5u %6s %7zu %6.1f %8.3f %7zu %7zu %7u\n", class_size[cls],
-            unit == SLAB ? "64K" : "4K", n, 100.0 * (double)live / (double)(n * g),
+            unit_name(unit), n, 100.0 * (double)live / (double)(n * g),
             pairs ? 100.0 * (double)compat / (double)pairs : 0.0, k2, kw, bound);
     t->units += n;
     t->k2 += k2;
@@ -211,7 +216,7 @@ static void analyze_level(void *const *obj, const size_t *len, size_t n, uintptr
     fprintf(out,
             "  total %5s %7zu  footprint / live bytes: now %.2fx, 2-way %.2fx, k-way %.2fx, "
             "bound %.2fx\n",
-            unit == SLAB ? "64K" : "4K", t.units, (double)t.units * u / lb, (double)t.k2 * u / lb,
+            unit_name(unit), t.units, (double)t.units * u / lb, (double)t.k2 * u / lb,
             (double)t.kway * u / lb, (double)t.bound * u / lb);
     free(r);
 }
@@ -219,6 +224,6 @@ static void analyze_level(void *const *obj, const size_t *len, size_t n, uintptr
 void frag_analyze(void *const *obj, const size_t *len, size_t n, uint64_t live_bytes, FILE *out)
 {
     fprintf(out, "  class   unit   units live %% compat %%   2-way   k-way   bound\n");
-    analyze_level(obj, len, n, SLAB, live_bytes, out);
-    analyze_level(obj, len, n, 4096, live_bytes, out);
+    for (uintptr_t unit = SLAB; unit >= 4096; unit /= 4)
+        analyze_level(obj, len, n, unit, live_bytes, out);
 }
