@@ -260,10 +260,14 @@ void compact_drop_aliases(struct fmem_heap *h, struct slab *s)
 
 /* ---- the write fence --------------------------------------------------- */
 
-/* Write-protect faults only: no removal events, which would stop a thread
+/* FMEM_COMPACT_FENCE=0 in the environment turns fencing off (for
+ * measuring what it costs). Write-protect faults only: no removal events, which would stop a thread
  * that madvises a fenced range until somebody reads them. */
 static int fence_open(void)
 {
+    const char *e = getenv("FMEM_COMPACT_FENCE"); /* "0": merges unfenced */
+    if (e && strcmp(e, "0") == 0)
+        return -1;
     int user_only;
     int fd = uffd_open_with(UFFD_FEATURE_PAGEFAULT_FLAG_WP, &user_only);
     return fd < 0 ? -1 : fd;
