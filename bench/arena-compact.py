@@ -9,7 +9,9 @@ end "off" reads the pool's allocated bytes; "on" calls fmem.compact() first
 (and reports what it gave back and how long it took). The arena hook holds
 pymalloc's arenas (1 MiB, or 256 KiB before Python 3.10), each one a large
 heap object, not slab objects: what compaction can merge there is shown
-here as measured.
+here as measured. The last line gives pymalloc's own account at the end
+(sys._debugmallocstats): the bytes in its allocated blocks bound what any
+reclaim that leaves objects at their addresses can give back.
 
     bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5] [--json FILE]
 """
@@ -41,9 +43,32 @@ if do_compact:
     ms = (time.perf_counter() - t) * 1e3
 after = pool.stats()["allocated_bytes"]
 s = fmem.arena_allocator_stats()
+# pymalloc's own account (sys._debugmallocstats writes it to C stderr)
+import tempfile
+with tempfile.TemporaryFile("w+") as f:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(f.fileno(), 2)
+    try:
+        sys._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    f.seek(0)
+    text = f.read()
+pm = {}
+for line in text.splitlines():
+    key, _, val = line.partition("=")
+    val = val.strip().replace(",", "")
+    if "unused pools" in key:
+        pm["empty_pools"] = int(key.split()[0])
+    elif key.startswith("# bytes in allocated blocks"):
+        pm["block_bytes"] = int(val)
+    elif key.startswith("# arenas allocated current"):
+        pm["arenas"] = int(val)
 print(json.dumps({"before": before, "after": after, "got": got, "ms": ms,
                   "merges": s["heap_merges"], "kept": len(kept),
-                  "large": s["heap_large"], "slabs": s["heap_slabs"]}))
+                  "large": s["heap_large"], "slabs": s["heap_slabs"], "pymalloc": pm}))
 """
 
 
@@ -76,6 +101,14 @@ def main():
               f"{r['merges']:7d} {r['ms']:11.2f}")
     print(f"far-memory bytes, off / on: {off['after'] / max(on['after'], 1):.2f}x "
           f"(on, before compact(): {on['before'] / 2**20:.1f} MiB)")
+    pm = off.get("pymalloc", {})
+    if pm.get("block_bytes"):
+        # what no scheme that leaves objects where they are can beat: the
+        # bytes of pymalloc's allocated blocks must stay in far memory
+        print(f"pymalloc (off): {pm.get('arenas', 0)} arenas, "
+              f"{pm['block_bytes'] / 2**20:.1f} MiB in allocated blocks, "
+              f"{pm.get('empty_pools', 0)} empty pools; ceiling for any reclaim that "
+              f"keeps objects in place: {off['after'] / pm['block_bytes']:.2f}x")
 
 
 if __name__ == "__main__":
