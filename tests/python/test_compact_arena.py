@@ -80,3 +80,42 @@ print("ok")
 fmem.unlink(uri)
 """)
     assert out.startswith("ok")
+
+
+def test_thread_stacks_are_left_alone():
+    """CPython takes its threads' frame stacks from the arena allocator too;
+    releasing while deep frames live in them must not touch them."""
+    out = run(r"""
+import threading
+fmem.install_arena_allocator(pool)
+kept = build("a", n=60000, keep=500)
+errors = []
+def deep(n, acc):
+    a, b, c, d = n, str(n), [n] * 3, (n, n)
+    if n == 0:
+        fmem.release_empty_pools()
+        gc.collect()
+        fmem.release_empty_pools()
+    else:
+        deep(n - 1, acc)
+    if (a, b, c, d) != (n, str(n), [n] * 3, (n, n)):
+        errors.append(n)
+def worker():
+    for _ in range(20):
+        deep(600, [])
+        junk = [str(i) * 3 for i in range(20000)]  # pools filled and emptied
+        del junk
+sys.setrecursionlimit(5000)
+ts = [threading.Thread(target=worker) for _ in range(4)]
+for t in ts:
+    t.start()
+for _ in range(50):
+    fmem.release_empty_pools()
+for t in ts:
+    t.join()
+assert not errors, errors[:10]
+check(kept)
+print("ok")
+fmem.unlink(uri)
+""")
+    assert out.startswith("ok")
