@@ -12,8 +12,11 @@
  *   2-way     units left by greedy merging, each survivor taking at most
  *             one victim
  *   k-way     units left when a survivor takes victims as long as all
- *             live granules stay disjoint (least used victims first, into
- *             the fullest survivor that fits; the order heap_compact.c uses)
+ *             live granules stay disjoint, least used victims first, into
+ *             the fullest survivor that fits
+ *   ffd       the same by first fit decreasing: from the fullest unit
+ *             down, each into the first unit kept so far that it fits
+ *             (the order heap_compact.c uses)
  *   bound     the most units any one granule position is live in: no
  *             offset-preserving scheme can end with fewer units
  * The totals turn the units into bytes and divide by the live bytes. */
@@ -117,8 +120,36 @@ static size_t greedy(const struct unit *u0, size_t n, size_t w, unsigned ways)
     return left;
 }
 
+/* First fit decreasing (what fmem_heap_compact does): from the fullest
+ * unit down, each into the first unit kept so far that it stays disjoint
+ * with, else kept itself. */
+static size_t ffd(const struct unit *u0, size_t n, size_t w)
+{
+    struct unit *u = malloc(n * sizeof *u);
+    uint64_t *bins = calloc(n * w, sizeof *bins);
+    size_t nb = 0;
+    if (!u || !bins) {
+        free(u), free(bins);
+        return n;
+    }
+    memcpy(u, u0, n * sizeof *u);
+    qsort(u, n, sizeof *u, unit_cmp);
+    for (size_t i = n; i-- > 0;) {
+        size_t b;
+        for (b = 0; b < nb; b++)
+            if (disjoint(bins + b * w, u[i].bits, w))
+                break;
+        if (b == nb)
+            nb++;
+        for (size_t k = 0; k < w; k++)
+            bins[b * w + k] |= u[i].bits[k];
+    }
+    free(u), free(bins);
+    return nb;
+}
+
 struct level_total {
-    size_t units, k2, kway, bound;
+    size_t units, k2, kway, ffd, bound;
 };
 
 static void analyze_class(unsigned cls, const struct rec *r, size_t nr, uintptr_t unit, FILE *out,
@@ -167,13 +198,14 @@ static void analyze_class(unsigned cls, const struct rec *r, size_t nr, uintptr_
     for (size_t x = 0; x < g; x++)
         if (count[x] > bound)
             bound = count[x];
-    size_t k2 = greedy(u, n, w, 1), kw = greedy(u, n, w, 0);
-    fprintf(out, "  %5u %6s %7zu %6.1f %8.3f %7zu %7zu %7u\n", class_size[cls],
+    size_t k2 = greedy(u, n, w, 1), kw = greedy(u, n, w, 0), ff = ffd(u, n, w);
+    fprintf(out, "  %5u %6s %7zu %6.1f %8.3f %7zu %7zu %7zu %7u\n", class_size[cls],
             unit_name(unit), n, 100.0 * (double)live / (double)(n * g),
-            pairs ? 100.0 * (double)compat / (double)pairs : 0.0, k2, kw, bound);
+            pairs ? 100.0 * (double)compat / (double)pairs : 0.0, k2, kw, ff, bound);
     t->units += n;
     t->k2 += k2;
     t->kway += kw;
+    t->ffd += ff;
     t->bound += bound;
     free(u), free(bits), free(count);
 }
@@ -215,15 +247,15 @@ static void analyze_level(void *const *obj, const size_t *len, size_t n, uintptr
     double u = (double)unit, lb = (double)live_bytes;
     fprintf(out,
             "  total %5s %7zu  footprint / live bytes: now %.2fx, 2-way %.2fx, k-way %.2fx, "
-            "bound %.2fx\n",
+            "ffd %.2fx, bound %.2fx\n",
             unit_name(unit), t.units, (double)t.units * u / lb, (double)t.k2 * u / lb,
-            (double)t.kway * u / lb, (double)t.bound * u / lb);
+            (double)t.kway * u / lb, (double)t.ffd * u / lb, (double)t.bound * u / lb);
     free(r);
 }
 
 void frag_analyze(void *const *obj, const size_t *len, size_t n, uint64_t live_bytes, FILE *out)
 {
-    fprintf(out, "  class   unit   units live %% compat %%   2-way   k-way   bound\n");
+    fprintf(out, "  class   unit   units live %% compat %%   2-way   k-way     ffd   bound\n");
     for (uintptr_t unit = SLAB; unit >= 4096; unit /= 4)
         analyze_level(obj, len, n, unit, live_bytes, out);
 }

@@ -590,17 +590,18 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
         live_bits(c[i].s, c[i].live);
     qsort(c, k, sizeof *c, cand_cmp); /* least used first */
     int64_t got = 0;
-    for (size_t i = 0; i < k; i++) {
+    /* First fit decreasing: from the fullest slab down, each goes into the
+     * first (fullest) slab kept so far whose live objects it does not
+     * overlap, or is kept itself. (Least used victims into the fullest
+     * survivor left about 5-15 % more slabs: fmem-fragbench --analyze.) */
+    for (size_t i = k; i-- > 0;) {
         struct cand *v = &c[i];
-        if (v->dead)
-            continue;
         uint64_t cost = (uint64_t)v->s->used * v->s->obj_size;
         if (cost > *left)
-            break;
-        for (size_t j = k; j-- > 0;) { /* fullest survivor first */
+            continue;
+        for (size_t j = k; --j > i;) {
             struct cand *a = &c[j];
-            if (j == i || a->dead || a->s->used + v->s->used > cap ||
-                !disjoint(a->live, v->live, words))
+            if (a->dead || a->s->used + v->s->used > cap || !disjoint(a->live, v->live, words))
                 continue;
             if (merge(th, a, v) == 0) {
                 *left -= cost;
