@@ -9,7 +9,13 @@ end "off" reads the pool's allocated bytes; "on" calls fmem.compact() first
 (and reports what it gave back and how long it took). The arena hook holds
 pymalloc's arenas (1 MiB, or 256 KiB before Python 3.10), each one a large
 heap object, not slab objects: what compaction can merge there is shown
-here as measured.
+here as measured. The last line gives pymalloc's own account at the end
+(sys._debugmallocstats): the bytes in its allocated blocks bound what any
+reclaim that leaves objects at their addresses can give back.
+fmem.compact() also gives the pages of empty pymalloc pools back to the
+pool's data file in /dev/shm (release_empty_pools), inside blocks that
+stay allocated: "given back" is what the file's allocated size shrank by
+during compact(), "held" the pool's allocated bytes minus that.
 
     bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5] [--json FILE]
 """
@@ -23,9 +29,11 @@ CHILD = r"""
 import gc, json, os, sys, time
 import fmem
 n, rounds, keep, do_compact = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "on"
-uri = "shm:/fmem-arena-compact-%d" % os.getpid()
+name = "fmem-arena-compact-%d" % os.getpid()
+uri = "shm:/" + name
 pool = fmem.open(uri + "?size=2G")
-fmem.unlink(uri)
+def file_bytes():  # the memory the pool's data file holds
+    return os.stat("/dev/shm/%s.data" % name).st_blocks * 512
 fmem.install_arena_allocator(pool)
 kept = []
 for r in range(rounds):
@@ -34,16 +42,43 @@ for r in range(rounds):
     del d
     gc.collect()
 before = pool.stats()["allocated_bytes"]
+file_before = file_bytes()
 got, ms = 0, 0.0
 if do_compact:
     t = time.perf_counter()
     got = fmem.compact()
     ms = (time.perf_counter() - t) * 1e3
 after = pool.stats()["allocated_bytes"]
+file_after = file_bytes()
+fmem.unlink(uri)
 s = fmem.arena_allocator_stats()
+# pymalloc's own account (sys._debugmallocstats writes it to C stderr)
+import tempfile
+with tempfile.TemporaryFile("w+") as f:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(f.fileno(), 2)
+    try:
+        sys._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    f.seek(0)
+    text = f.read()
+pm = {}
+for line in text.splitlines():
+    key, _, val = line.partition("=")
+    val = val.strip().replace(",", "")
+    if "unused pools" in key:
+        pm["empty_pools"] = int(key.split()[0])
+    elif key.startswith("# bytes in allocated blocks"):
+        pm["block_bytes"] = int(val)
+    elif key.startswith("# arenas allocated current"):
+        pm["arenas"] = int(val)
 print(json.dumps({"before": before, "after": after, "got": got, "ms": ms,
+                  "file_before": file_before, "file_after": file_after,
                   "merges": s["heap_merges"], "kept": len(kept),
-                  "large": s["heap_large"], "slabs": s["heap_slabs"]}))
+                  "large": s["heap_large"], "slabs": s["heap_slabs"], "pymalloc": pm}))
 """
 
 
@@ -69,13 +104,24 @@ def main():
                        "on": on}, f)
     print(f"arena-compact: {args.rounds} dicts of {args.objects} entries, every "
           f"{args.keep}th value kept ({on['kept']} objects), Python {sys.version.split()[0]}")
-    print(f"{'config':<8} {'pool MiB':>9} {'arenas':>7} {'slabs':>6} {'merges':>7} "
-          f"{'compact ms':>11}")
+    for r in (off, on):  # pages given back to the file inside allocated blocks
+        r["held"] = r["after"] - max(r["file_before"] - r["file_after"], 0)
+    print(f"{'config':<8} {'pool MiB':>9} {'given back':>11} {'held MiB':>9} {'arenas':>7} "
+          f"{'slabs':>6} {'merges':>7} {'compact ms':>11}")
     for name, r in (("off", off), ("on", on)):
-        print(f"{name:<8} {r['after'] / 2**20:9.1f} {r['large']:7d} {r['slabs']:6d} "
-              f"{r['merges']:7d} {r['ms']:11.2f}")
-    print(f"far-memory bytes, off / on: {off['after'] / max(on['after'], 1):.2f}x "
-          f"(on, before compact(): {on['before'] / 2**20:.1f} MiB)")
+        print(f"{name:<8} {r['after'] / 2**20:9.1f} {(r['after'] - r['held']) / 2**20:11.1f} "
+              f"{r['held'] / 2**20:9.1f} {r['large']:7d} {r['slabs']:6d} {r['merges']:7d} "
+              f"{r['ms']:11.2f}")
+    print(f"far-memory bytes held, off / on: {off['held'] / max(on['held'], 1):.2f}x "
+          f"(pool allocations alone: {off['after'] / max(on['after'], 1):.2f}x)")
+    pm = off.get("pymalloc", {})
+    if pm.get("block_bytes"):
+        # what no scheme that leaves objects where they are can beat: the
+        # bytes of pymalloc's allocated blocks must stay in far memory
+        print(f"pymalloc (off): {pm.get('arenas', 0)} arenas, "
+              f"{pm['block_bytes'] / 2**20:.1f} MiB in allocated blocks, "
+              f"{pm.get('empty_pools', 0)} empty pools; ceiling for any reclaim that "
+              f"keeps objects in place: {off['after'] / pm['block_bytes']:.2f}x")
 
 
 if __name__ == "__main__":

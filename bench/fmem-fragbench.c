@@ -8,6 +8,8 @@
  *               pool bytes after the allocations, after the frees (and
  *               fmem_heap_collect), after fmem_heap_compact
  *   fmem-random the same with FMEM_COMPACT_RANDOM placement
+ *   fmem-nofence as fmem, merges not fenced against concurrent writes
+ *               (FMEM_COMPACT_FENCE=0): what the fence costs
  *   glibc       malloc/free in local memory: resident bytes after the
  *               allocations, after the frees, after malloc_trim(0)
  *   mimalloc    mi_malloc/mi_free (dlopen'ed), after mi_collect(true);
@@ -17,10 +19,13 @@
  *
  * usage: fmem-fragbench [-n N] [--free-min PCT] [--free-max PCT]
  *        [--sizes a,b,c] [--seed S] [--pool-mb M] [--strided] [--json]
+ *        [--analyze]
  * --strided keeps every k-th object allocated (k = 100 / (100 - free %))
  * instead of a random subset: the live objects of every slab then sit at
  * the same offsets under sequential placement, which random placement
- * breaks up. */
+ * breaks up. --analyze prints, for the fmem columns, the pair-compatibility
+ * statistics of the heap left by the frees and what merging at 64 KiB and
+ * at 4 KiB granularity could reach (fragbench_analyze.c). */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -36,6 +41,8 @@
 #include <fmem.h>
 #include <fmem_far.h>
 
+#include "fragbench_analyze.h"
+
 struct opts {
     size_t n;
     unsigned free_min, free_max;
@@ -45,6 +52,8 @@ struct opts {
     unsigned pool_mb;
     int strided; /* keep every k-th object instead of a random subset */
     int json;    /* one JSON line per allocator instead of the table */
+    int analyze; /* fmem columns: pair-compatibility statistics */
+    const char *analyzing; /* the column being run */
 };
 
 struct result {
@@ -216,6 +225,12 @@ static void workload(const struct opts *o, struct alloc *a, struct result *r)
             r->live += len[i];
         }
     r->after_free = a->held(a->ctx);
+    if (o->analyze && a->malloc == fm_malloc) {
+        printf("%s after the frees (%llu live bytes):\n", o->analyzing,
+               (unsigned long long)r->live);
+        frag_analyze(obj, len, o->n, r->live, stdout);
+        fflush(stdout);
+    }
     t0 = now_ns();
     a->reclaim(a->ctx, r);
     r->reclaim_ns = now_ns() - t0;
@@ -255,7 +270,10 @@ static void run_fmem(const struct opts *o, unsigned flags, struct result *r)
 static void run_one(const struct opts *o, const char *name, struct result *r)
 {
     memset(r, 0, sizeof *r);
-    if (strcmp(name, "fmem") == 0 || strcmp(name, "fmem-random") == 0) {
+    if (strcmp(name, "fmem-nofence") == 0) {
+        setenv("FMEM_COMPACT_FENCE", "0", 1); /* this child only */
+        run_fmem(o, 0, r);
+    } else if (strcmp(name, "fmem") == 0 || strcmp(name, "fmem-random") == 0) {
         run_fmem(o, strcmp(name, "fmem") ? FMEM_COMPACT_RANDOM : 0, r);
     } else if (strcmp(name, "glibc") == 0) {
         struct alloc a = {glibc_malloc, glibc_free, local_held, glibc_reclaim, NULL};
@@ -314,6 +332,7 @@ int main(int argc, char **argv)
                                        {"sizes", 1, 0, 's'},    {"seed", 1, 0, 'r'},
                                        {"pool-mb", 1, 0, 'p'},  {"help", 0, 0, 'h'},
                                        {"strided", 0, 0, 'k'},  {"json", 0, 0, 'j'},
+                                       {"analyze", 0, 0, 'z'},
                                        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "n:h", lo, NULL)) != -1) {
@@ -331,9 +350,10 @@ int main(int argc, char **argv)
         case 'p': o.pool_mb = (unsigned)atoi(optarg); break;
         case 'k': o.strided = 1; break;
         case 'j': o.json = 1; break;
+        case 'z': o.analyze = 1; break;
         default:
             printf("usage: %s [-n N] [--free-min PCT] [--free-max PCT] [--sizes a,b,c] "
-                   "[--seed S] [--pool-mb M] [--strided] [--json]\n",
+                   "[--seed S] [--pool-mb M] [--strided] [--json] [--analyze]\n",
                    argv[0]);
             return c == 'h' ? 0 : 2;
         }
@@ -352,10 +372,11 @@ int main(int argc, char **argv)
                "alloc KiB", "freed KiB", "reclaim KiB", "x before", "x after", "reclaim ms",
                "merges", "malloc ns");
     }
-    const char *names[] = {"fmem", "fmem-random", "glibc", "mimalloc"};
+    const char *names[] = {"fmem", "fmem-random", "glibc", "mimalloc", "fmem-nofence"};
     int fail = 0;
-    for (unsigned i = 0; i < 4; i++) {
+    for (unsigned i = 0; i < 5; i++) {
         struct result r;
+        o.analyzing = names[i];
         run_child(&o, names[i], &r);
         if (o.json) {
             printf("{\"bench\":\"fragbench\",\"allocator\":\"%s\",\"ok\":%s,\"objects\":%zu,"
@@ -367,12 +388,12 @@ int main(int argc, char **argv)
                    (unsigned long long)r.after_alloc, (unsigned long long)r.after_free,
                    (unsigned long long)r.after_reclaim, (unsigned long long)r.reclaim_ns,
                    (unsigned long long)r.merges, (double)r.alloc_ns / (double)o.n);
-            fail |= !r.ok && i < 2;
+            fail |= !r.ok && (i < 2 || i == 4);
             continue;
         }
         if (!r.ok) {
             printf("%-12s skipped: %s\n", names[i], r.why);
-            fail |= i < 2; /* fmem must run */
+            fail |= i < 2 || i == 4; /* fmem must run */
             continue;
         }
         printf("%-12s %9llu %11llu %11llu %11llu %8.2f %8.2f %10.3f %7llu %9.1f\n", names[i],

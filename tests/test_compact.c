@@ -5,6 +5,7 @@
  * arguments are refused. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -554,6 +555,162 @@ static void crash_at(int step)
 Test(compact, crash_after_copy_loses_no_chunk) { crash_at(1); }
 Test(compact, crash_after_remap_loses_no_chunk) { crash_at(2); }
 Test(compact, crash_before_chunk_free_loses_no_chunk) { crash_at(3); }
+
+/* ---- writes racing a merge ---------------------------------------------- */
+
+static _Atomic int fence_go, fence_started;
+static unsigned char *fence_target;
+
+static void *fence_writer(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&fence_go))
+        sched_yield();
+    atomic_store(&fence_started, 1);
+    memset(fence_target, 0xA7, 64);
+    return NULL;
+}
+
+/* Between the copy and the remap: let the writer write, and give it time
+ * to finish (unfenced it does, into the victim's chunk). */
+static void fence_hook(int step)
+{
+    if (step != 1)
+        return;
+    atomic_store(&fence_go, 1);
+    while (!atomic_load(&fence_started))
+        sched_yield();
+    usleep(100 * 1000);
+}
+
+/* A write into one of the victim's live objects while its slab is being
+ * merged ends up in the survivor, seen through both addresses. */
+Test(compact, a_write_racing_a_merge_is_kept)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    if (!compact_fenced(h)) {
+        fmem_heap_destroy(h);
+        cr_skip_test("no userfaultfd write-protection here: merges are not fenced");
+    }
+    size_t cap = FMEM_HEAP_SLAB_SIZE / 64;
+    void **a = calloc(cap, sizeof *a), **b = calloc(cap, sizeof *b);
+    two_slabs(h, a, b, cap);
+    struct slab *sa = pagemap_get(&h->map, a[0]), *sb = pagemap_get(&h->map, b[1]);
+    fence_target = b[1];
+    char *twin = sa->start + ((char *)b[1] - sb->start);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fence_writer, NULL), 0);
+    heap_compact_hook = fence_hook;
+    int rc = compact_merge_pair(theap_peek(h), sa, sb);
+    heap_compact_hook = NULL;
+    pthread_join(t, NULL);
+    cr_assert_eq(rc, 0);
+    for (int i = 0; i < 64; i++) {
+        cr_assert_eq(((unsigned char *)b[1])[i], 0xA7, "byte %d of the write was lost", i);
+        cr_assert_eq(((unsigned char *)twin)[i], 0xA7);
+    }
+    for (size_t i = 3; i < cap; i += 2) /* the other objects as they were */
+        cr_assert(same(b[i], 64, 100000 + i));
+    fmem_heap_destroy(h);
+    free(a);
+    free(b);
+}
+
+/* Stress: a thread keeps writing counters into objects of the compacting
+ * thread's slabs while rounds of fragmentation are compacted; it always
+ * reads back what it wrote last, and every object ends with the last
+ * value written to it. */
+#define WR_N 96
+static _Atomic int wr_stop;
+static uint64_t *wr_obj[WR_N];
+static uint64_t wr_last[WR_N];
+
+static _Atomic uint64_t wr_lost, wr_loops;
+
+/* Reads back what it wrote the last time: a write that went to the
+ * victim's chunk after the copy shows up as an older value. */
+static void *wr_thread(void *arg)
+{
+    (void)arg;
+    uint64_t v = 0;
+    while (!atomic_load_explicit(&wr_stop, memory_order_relaxed)) {
+        for (int i = 0; i < WR_N; i++) {
+            volatile uint64_t *o = wr_obj[i];
+            if (wr_last[i] && *o != wr_last[i])
+                atomic_fetch_add(&wr_lost, 1);
+            *o = ++v;
+            wr_last[i] = v;
+        }
+        atomic_fetch_add(&wr_loops, 1);
+    }
+    return NULL;
+}
+
+static void wr_hook(int step)
+{
+    if (step == 1)
+        usleep(300);
+}
+
+Test(compact, writes_race_compaction, .timeout = 180)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    if (!compact_fenced(h)) {
+        fmem_heap_destroy(h);
+        cr_skip_test("no userfaultfd write-protection here: merges are not fenced");
+    }
+    enum { ROUND = 3000, ROUNDS = 12, SZ = 1024 };
+    void **obj = calloc((size_t)ROUND * ROUNDS, sizeof *obj);
+    int nw = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        void **o = obj + (size_t)r * ROUND;
+        for (int i = 0; i < ROUND; i++) {
+            o[i] = fmem_heap_malloc(h, SZ);
+            cr_assert_not_null(o[i]);
+            fill(o[i], SZ, (uint64_t)r * ROUND + (uint64_t)i);
+        }
+    }
+    for (int r = 0; r < ROUNDS; r++) { /* frees after all allocations: no hole refilled */
+        void **o = obj + (size_t)r * ROUND;
+        for (int i = 0; i < ROUND; i++)
+            if (xs() % 100 < 90) {
+                fmem_heap_free(h, o[i]);
+                o[i] = NULL;
+            } else if (nw < (r + 1) * WR_N / ROUNDS) {
+                wr_obj[nw++] = o[i];
+                o[i] = NULL; /* the writer's now */
+            }
+    }
+    cr_assert_eq(nw, WR_N);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, wr_thread, NULL), 0);
+    while (!atomic_load(&wr_loops))
+        sched_yield();
+    heap_compact_hook = wr_hook; /* a wider window between copy and remap */
+    int64_t got = 0;
+    for (int k = 0; k < 4; k++) {
+        int64_t g = fmem_heap_compact(h, 0);
+        cr_assert_geq(g, 0);
+        got += g;
+        usleep(2000);
+    }
+    heap_compact_hook = NULL;
+    atomic_store(&wr_stop, 1);
+    pthread_join(t, NULL);
+    cr_assert_gt(got, 0, "nothing was merged");
+    cr_assert_eq(atomic_load(&wr_lost), 0, "%llu writes lost",
+                 (unsigned long long)atomic_load(&wr_lost));
+    for (int i = 0; i < WR_N; i++)
+        cr_assert_eq(*wr_obj[i], wr_last[i], "object %d: %llu, last written %llu", i,
+                     (unsigned long long)*wr_obj[i], (unsigned long long)wr_last[i]);
+    for (size_t i = 0; i < (size_t)ROUND * ROUNDS; i++)
+        if (obj[i])
+            cr_assert(same(obj[i], SZ, i), "object %zu damaged", i);
+    fmem_heap_destroy(h);
+    free(obj);
+}
 
 /* ---- region heaps ------------------------------------------------------- */
 

@@ -33,6 +33,15 @@ FMEM_API int fmem_hooks_python_domain(fmem_hooks *b, PyMemAllocatorDomain domain
  * arenas, and so the small objects inside them, come from the heap. With
  * the GIL held. */
 FMEM_API int fmem_hooks_python_arena(fmem_hooks *b, PyObjectArenaAllocator *old);
+/* With the GIL held: give back the memory of pymalloc's empty pools in
+ * the arenas the last arena hook placed in far memory (all but the first
+ * 4 KiB page of each 16 KiB pool, whose header pymalloc still reads;
+ * MADV_REMOVE, so on shm:/file: pools on tmpfs). Returns the bytes given
+ * back (>= 0; 0 without an arena hook or in a fork child), FMEM_ENOTSUP
+ * on a CPython whose pymalloc layout was not checked (3.11 is), when the
+ * pools do not look as expected (PYTHONMALLOC=malloc, a replaced object
+ * allocator), or when the arenas' memory cannot be released that way. */
+FMEM_API int64_t fmem_hooks_python_release_empty_pools(void);
 
 /* numpy's data memory handler (NEP 49, numpy >= 1.22): a new reference to
  * a "mem_handler" capsule whose functions allocate array data through b;

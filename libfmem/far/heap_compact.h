@@ -58,6 +58,10 @@ void compact_auto(struct theap *th);
  * pairs itself. */
 int compact_merge_pair(struct theap *th, struct slab *a, struct slab *b);
 
+/* Whether merges are fenced against concurrent writes (userfaultfd
+ * write-protection available): heap_compact.c. */
+int compact_fenced(const struct fmem_heap *h);
+
 /* Test hook: called between the steps of a merge (1: objects copied,
  * 2: victim range remapped, 3: victim's chunk about to be freed). */
 extern void (*heap_compact_hook)(int step);

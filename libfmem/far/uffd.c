@@ -44,17 +44,22 @@ static int open_fd(int *user_only)
     return errno == ENOSYS ? -ENOTSUP : -EPERM;
 }
 
-int uffd_open(int *user_only)
+int uffd_open_with(uint64_t features, int *user_only)
 {
     int fd = open_fd(user_only);
     if (fd < 0)
         return fd;
-    struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURES};
-    if (ioctl(fd, UFFDIO_API, &api) < 0 || (api.features & UFFD_FEATURES) != UFFD_FEATURES) {
+    struct uffdio_api api = {.api = UFFD_API, .features = features};
+    if (ioctl(fd, UFFDIO_API, &api) < 0 || (api.features & features) != features) {
         close(fd);
         return -ENOTSUP;
     }
     return fd;
+}
+
+int uffd_open(int *user_only)
+{
+    return uffd_open_with(UFFD_FEATURES, user_only);
 }
 
 int uffd_register(int fd, void *addr, size_t len)

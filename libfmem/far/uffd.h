@@ -16,6 +16,8 @@
  * *user_only is set when only user-mode faults are handled. Returns the fd
  * or a negative errno (-EPERM: no permission, -ENOTSUP: kernel too old). */
 int uffd_open(int *user_only);
+/* The same with other features (UFFD_FEATURE_* bits, all required). */
+int uffd_open_with(uint64_t features, int *user_only);
 /* Register [addr, addr+len) for missing and write-protect faults. */
 int uffd_register(int fd, void *addr, size_t len);
 /* Copy len bytes (whole pages) from src to dst and map them, write-protected

@@ -261,10 +261,13 @@ FMEM_API int fmem_heap_set_compact_policy(fmem_heap *h, const fmem_compact_polic
  * bytes given back (>= 0), or FMEM_EINVAL (h NULL), FMEM_ENOTSUP (the heap
  * is not compactable: fmem_heap_new or a region heap). Other threads may
  * allocate and free meanwhile (frees into the slabs being merged wait for
- * the merge); a write into an object of a slab being merged by another
- * thread while compaction runs may be lost, so runtimes compact where they
- * are stopped (a GC pause). Slabs of other live threads are left alone:
- * each thread compacts its own. */
+ * the merge). Writes by other threads into objects of a slab being merged
+ * wait in a page fault until the merge has remapped it, where userfaultfd
+ * write-protection is available (docs/far-memory.md, "compaction"); where
+ * it is not, or with FMEM_COMPACT_FENCE=0 in the environment, such a write
+ * may be lost, so runtimes compact where they are stopped (a GC pause).
+ * Slabs of other live threads are left alone: each thread compacts its
+ * own. */
 FMEM_API int64_t fmem_heap_compact(fmem_heap *h, size_t budget);
 
 #ifdef __cplusplus

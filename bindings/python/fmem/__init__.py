@@ -23,7 +23,8 @@ from ._fmem import (  # noqa: F401
     ClosedError, CorruptPoolError, DoubleFreeError, Error, InvalidArgumentError,
     NotSupportedError, OutOfMemoryError, Pool, QuotaError, RangeError, Region, SizeError,
     StaleHandleError, TransportError, URIError, arena_allocator_stats, compact, connect,
-    default_pool, install_arena_allocator, numpy_arrays, open, size_round, strerror, unlink,
+    default_pool, install_arena_allocator, numpy_arrays, open, release_empty_pools, size_round,
+    strerror, unlink,
 )
 
 __version__ = LIBRARY_VERSION
@@ -36,6 +37,6 @@ __all__ = [
     "RangeError",
     "Region", "SizeError", "StaleHandleError", "TransportError", "URIError",
     "arena_allocator_stats", "compact", "connect",
-    "default_pool", "install_arena_allocator", "numpy_arrays", "open", "size_round",
-    "strerror", "unlink",
+    "default_pool", "install_arena_allocator", "numpy_arrays", "open", "release_empty_pools",
+    "size_round", "strerror", "unlink",
 ]

@@ -3,6 +3,7 @@
  * held: no Python code writes into objects while slabs are merged (the
  * condition fmem_heap_compact states for writes). */
 #include "fmempy.h"
+#include <fmem_hooks_python.h>
 
 const char fp_compact_doc[] =
     "compact($module, /, target=None, budget=0)\n--\n\n"
@@ -11,7 +12,9 @@ const char fp_compact_doc[] =
     "give the freed pool chunks back; objects keep their addresses. budget:\n"
     "bytes of objects that may be copied (0: no limit). target None: the\n"
     "arena allocator's heap and the default pool's heap, those that exist and\n"
-    "can be compacted. Returns the pool bytes given back. NotSupportedError\n"
+    "can be compacted, and the empty pymalloc pools of the arena allocator's\n"
+    "arenas are given back (release_empty_pools(), where supported).\n"
+    "Returns the bytes given back. NotSupportedError\n"
     "for a target whose heap cannot be compacted (a Region, or a private\n"
     "'mem:' pool: only shm:/file: pools map a chunk twice). Heap statistics\n"
     "count it in heap_merges and heap_reclaimed_bytes.";
@@ -58,5 +61,38 @@ PyObject *fp_compact(PyObject *module, PyObject *args, PyObject *kw)
             if (got > 0)
                 total += got; /* heaps that cannot be compacted are skipped */
         }
+    if (cands[0]) {
+        int64_t got = fmem_hooks_python_release_empty_pools();
+        if (got > 0)
+            total += got; /* skipped where not supported */
+    }
     return PyLong_FromLongLong(total);
+}
+
+const char fp_release_pools_doc[] =
+    "release_empty_pools($module, /)\n--\n\n"
+    "Give back the memory of pymalloc's empty pools in the arenas that\n"
+    "install_arena_allocator() put in far memory: all but the first 4 KiB\n"
+    "page (the pool header pymalloc still reads) of every 16 KiB pool that\n"
+    "holds no object; touching a pool again gets zero pages. The memory goes\n"
+    "back to the pool's file (shm:, file: on tmpfs); the pool's allocation\n"
+    "accounting does not change. Returns the bytes given back (0 before\n"
+    "install_arena_allocator() and in a fork child). NotSupportedError on a\n"
+    "CPython other than 3.11 (the version whose pymalloc layout was\n"
+    "checked), when pymalloc is not in use, or when the arenas' memory\n"
+    "cannot be released that way.";
+
+PyObject *fp_release_pools(PyObject *module, PyObject *unused)
+{
+    (void)module, (void)unused;
+    int64_t got = fmem_hooks_python_release_empty_pools();
+    if (got == FMEM_ENOTSUP)
+        return fp_raisef(FpExc_NotSupported,
+                         "release_empty_pools: pymalloc's pool layout is checked for CPython "
+                         "3.11 only (this is %d.%d), and pymalloc must be the object "
+                         "allocator, on arenas in a shm: or tmpfs file: pool",
+                         PY_MAJOR_VERSION, PY_MINOR_VERSION);
+    if (got < 0)
+        return fp_raise((int)got, "release_empty_pools");
+    return PyLong_FromLongLong(got);
 }

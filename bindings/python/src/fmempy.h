@@ -143,6 +143,8 @@ PyObject *fp_heap_stats_dict(const fmem_hooks_stats_t *hs, const fmem_heap_stats
 FpBinding *fp_arena_binding(void); /* borrowed; NULL before installation */
 extern const char fp_compact_doc[];
 PyObject *fp_compact(PyObject *module, PyObject *args, PyObject *kw);
+extern const char fp_release_pools_doc[];
+PyObject *fp_release_pools(PyObject *module, PyObject *unused);
 
 PyObject *fp_install_arena(PyObject *module, PyObject *args, PyObject *kw);
 PyObject *fp_arena_stats(PyObject *module, PyObject *unused);

@@ -98,6 +98,7 @@ static PyMethodDef module_methods[] = {
     {"arena_allocator_stats", fp_arena_stats, METH_NOARGS, fp_arena_stats_doc},
     {"compact", (PyCFunction)(void (*)(void))fp_compact, METH_VARARGS | METH_KEYWORDS,
      fp_compact_doc},
+    {"release_empty_pools", fp_release_pools, METH_NOARGS, fp_release_pools_doc},
     {NULL, NULL, 0, NULL},
 };
 
