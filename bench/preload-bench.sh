@@ -6,11 +6,14 @@
 #   2. allocate-touch-free of a 200 KB block (bench/preload-alloc): CPU ns
 #      per round and the ratio
 #   3. the fork pause: python3 holding a 400 MiB array, os.fork() timed in
-#      the parent (median of 5 forks), plain and preloaded
+#      the parent (the first fork, and the median of 5), plain, preloaded
+#      with the default private pool and preloaded with a named shm: pool
+#      (whose first fork remaps the blocks copy-on-write)
 #   4. redis-server, if installed: BGSAVE fork pause (latest_fork_usec)
-#      with 400 MB of 200 KB values, and redis-benchmark SET/GET with
-#      200 KB values (requests per second, and the server's CPU time
-#      over both, which a loaded machine disturbs less)
+#      with 400 MB of 200 KB values (plain, private pool, named pool), and
+#      redis-benchmark SET/GET with 200 KB values (requests per second,
+#      and the server's CPU time over both, which a loaded machine
+#      disturbs less)
 #   make bench-preload   (or: bench/preload-bench.sh [RUNS], from the build tree)
 # Prints the load average first: ratios, not absolute times, are the result.
 set -eu
@@ -23,9 +26,13 @@ lib=${FMEM_PRELOAD_LIB:-$build/.libs/libfmem-preload.so}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3 || echo python3)
 tmp=$(mktemp -d /tmp/fmem-preload-cost-bench.XXXXXX)
+# the named pool of the fork and BGSAVE figures
+named=shm:/fmem-preload-bench-$$
+named_uri="$named?size=1G"
 redis_pid=
 cleanup() {
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    rm -f "/dev/shm/fmem-preload-bench-$$" "/dev/shm/fmem-preload-bench-$$".*
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -106,7 +113,7 @@ awk -v p="$(median <"$tmp/ap")" -v q="$(median <"$tmp/aq")" \
     'BEGIN { printf "%-24s %9.1f %9.1f %7.2f\n", "200 KB block", p, q, q / p }'
 
 echo
-printf "%-24s %9s %9s %7s\n" "fork pause" "ms plain" preload ratio
+printf "%-24s %9s %9s %7s %9s %7s\n" "fork pause" "ms plain" private ratio named ratio
 cat >"$tmp/fork.py" <<'PY'
 import os, time
 try:
@@ -122,15 +129,23 @@ for _ in range(5):
         os._exit(0)
     ts.append(time.perf_counter() - t)
     os.waitpid(pid, 0)
-print(sorted(ts)[2] * 1000)
+print(ts[0] * 1000, sorted(ts)[2] * 1000)
 PY
-: >"$tmp/fp"; : >"$tmp/fq"
+: >"$tmp/fp"; : >"$tmp/fq"; : >"$tmp/fn"
 for ((i = 0; i < runs; i++)); do
     "$PY" "$tmp/fork.py" >>"$tmp/fp"
     LD_PRELOAD=$lib "$PY" "$tmp/fork.py" >>"$tmp/fq"
+    LD_PRELOAD=$lib FMEM_PRELOAD_URI="$named_uri" "$PY" "$tmp/fork.py" >>"$tmp/fn"
+    rm -f "/dev/shm/fmem-preload-bench-$$" "/dev/shm/fmem-preload-bench-$$".*
 done
-awk -v p="$(median <"$tmp/fp")" -v q="$(median <"$tmp/fq")" \
-    'BEGIN { printf "%-24s %9.2f %9.2f %7.2f\n", "python3 os.fork 400MiB", p, q, q / p }'
+# three figures side by side: plain, private pool, named pool
+row3() {
+    awk -v t="$1" -v p="$2" -v q="$3" -v n="$4" -v f="$5" 'BEGIN {
+        printf "%-24s " f " " f " %7.2f " f " %7.2f\n", t, p, q, (p ? q / p : 0), n, (p ? n / p : 0) }'
+}
+c1() { cut -d' ' -f"$1" "$2" | median; }
+row3 "os.fork 400MiB, first" "$(c1 1 "$tmp/fp")" "$(c1 1 "$tmp/fq")" "$(c1 1 "$tmp/fn")" "%9.2f"
+row3 "os.fork 400MiB, median" "$(c1 2 "$tmp/fp")" "$(c1 2 "$tmp/fq")" "$(c1 2 "$tmp/fn")" "%9.2f"
 
 if ! have redis-server || ! have redis-cli; then
     echo
@@ -142,6 +157,8 @@ fi
 redis_run() {
     local sock=$tmp/redis.sock pre=$1 env=()
     [ "$pre" = 1 ] && env=(LD_PRELOAD="$lib" FMEM_PRELOAD_STATS="$tmp/redis.stats")
+    [ "$pre" = 2 ] && env=(LD_PRELOAD="$lib" FMEM_PRELOAD_URI="$named_uri"
+                           FMEM_PRELOAD_STATS="$tmp/redis.stats")
     rm -f "$tmp/redis.stats" "$tmp/dump.rdb"
     env "${env[@]}" redis-server --port 0 --unixsocket "$sock" --dir "$tmp" --save "" \
         --appendonly no --enable-debug-command yes --rdbcompression no --daemonize no \
@@ -167,18 +184,22 @@ redis_run() {
     redis_pid=
     local peak
     peak=$(sed -n 's/.* peak_bytes=\([0-9]*\).*/\1/p' "$tmp/redis.stats" 2>/dev/null | sort -n | tail -n 1)
+    rm -f "/dev/shm/fmem-preload-bench-$$" "/dev/shm/fmem-preload-bench-$$".*
     echo "${fork_us:-0} ${set:-0} ${get:-0} ${peak:-0} $(( (cpu1 - cpu0) * 1000 / $(getconf CLK_TCK) ))"
 }
-: >"$tmp/rp"; : >"$tmp/rq"
+: >"$tmp/rp"; : >"$tmp/rq"; : >"$tmp/rn"
 for ((i = 0; i < runs; i++)); do
     redis_run 0 >>"$tmp/rp"
     redis_run 1 >>"$tmp/rq"
+    redis_run 2 >>"$tmp/rn"
 done
 col() { cut -d' ' -f"$1" "$2" | median; }
 echo
-printf "%-24s %9s %9s %7s\n" "redis 400 MB, 200 KB values" plain preload ratio
-awk -v p="$(col 1 "$tmp/rp")" -v q="$(col 1 "$tmp/rq")" \
-    'BEGIN { printf "%-24s %9.2f %9.2f %7.2f\n", "BGSAVE fork pause ms", p / 1000, q / 1000, q / p }'
+printf "%-24s %9s %9s %7s %9s %7s\n" "redis 400 MB, 200 KB" plain private ratio named ratio
+row3 "BGSAVE fork pause ms" "$(col 1 "$tmp/rp" | awk '{ print $1 / 1000 }')" \
+    "$(col 1 "$tmp/rq" | awk '{ print $1 / 1000 }')" "$(col 1 "$tmp/rn" | awk '{ print $1 / 1000 }')" "%9.2f"
+echo
+printf "%-24s %9s %9s %7s\n" "redis, private pool" plain preload ratio
 awk -v p="$(col 2 "$tmp/rp")" -v q="$(col 2 "$tmp/rq")" \
     'BEGIN { printf "%-24s %9.0f %9.0f %7.2f\n", "SET requests/s", p, q, q / p }'
 awk -v p="$(col 3 "$tmp/rp")" -v q="$(col 3 "$tmp/rq")" \

@@ -12,6 +12,7 @@
  *   fmem daemon ARGS...      run the allocation service in the foreground */
 #include <ctype.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <fmem.h>
 #include <fmem_admin.h>
@@ -155,6 +156,12 @@ static const char *live_reason(fmem_pool *p, unsigned node, unsigned uid,
     if (!u->pid)
         return NULL;
     if (!u->remote) {
+        if (u->alive == 1 && kill((pid_t)u->pid, 0) != 0 && errno == ESRCH) {
+            /* libfmem-preload: its fork children map its blocks */
+            snprintf(msg, cap, "user %u's process %u is gone, but processes forked from it still "
+                               "read its blocks", uid, u->pid);
+            return msg;
+        }
         if (u->alive == 1) {
             snprintf(msg, cap, "user %u is held by process %u (%s), which is running", uid, u->pid,
                      comm_of(u->pid, comm, sizeof comm));

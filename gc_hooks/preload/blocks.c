@@ -24,6 +24,7 @@
  * reserved for the life of the process, so a pointer from the system
  * allocator never falls into it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <fmem.h>
 #include <fmem_admin.h>
 #include <pthread.h>
@@ -35,6 +36,7 @@
 #include <sys/vfs.h>
 
 #include "../../libfmem/far/lobj.h"
+#include "../../libfmem/fork.h"
 #include "../../libfmem/core/node.h"
 #include "../../libfmem/pool_internal.h"
 #include "../../libfmem/transport/transport.h"
@@ -83,7 +85,8 @@ static void give_up(const char *uri, const char *why)
 
 /* Give back the user ids (and blocks) of processes of this machine that
  * are gone, as `fmem recover` would: a user slot names its process, and
- * one that no longer exists holds nothing any more. Returns how many were
+ * one that no longer exists, and whose fork children (snap.c) are gone
+ * too, holds nothing any more. Returns how many were
  * freed. Cheap: one word and one kill(pid, 0) per claimed slot. */
 static int recover_dead(fmem_pool *p)
 {
@@ -93,8 +96,7 @@ static int recover_dead(fmem_pool *p)
     int freed = 0;
     for (unsigned uid = 1; uid < n->g.nusers; uid++) {
         uint32_t pid = node_uid_pid(n, uid);
-        if (!pid || (pid & NODE_PID_REMOTE) || uid == n->uid ||
-            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if (uid == n->uid || !node_user_gone(n, uid, pid))
             continue;
         if (fmem_recover(p, uid, NULL) == 0)
             freed++;
@@ -114,14 +116,14 @@ static int recover_dead_users(const char *uri)
     return freed;
 }
 
-static void *map_anon(void *at, size_t len, int prot)
+void *fp_map_anon(void *at, size_t len, int prot)
 {
     return mmap(at, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (at ? MAP_FIXED : 0),
                 -1, 0);
 }
 
 /* Put a range of a named pool's mirror back into the reservation. */
-static void unmap_range(char *p, size_t len) { map_anon(p, len, PROT_NONE); }
+void fp_unmap_range(char *p, size_t len) { fp_map_anon(p, len, PROT_NONE); }
 
 /* Set up arena a for an open pool: learn where its data is mapped (map one
  * probe block, offset h.addr from the data start), the data file of a
@@ -140,6 +142,7 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
     if ((rc = fmem_map(pool, &h, &p)) != 0 || fmem_free(pool, &h) != 0)
         return rc == FMEM_ENOTSUP ? "its transport cannot map memory" : fmem_strerror(rc);
     memset(a, 0, sizeof *a);
+    a->gen_fd = -1;
     a->pool_data = (char *)p - h.addr;
     a->shared = pool->shared;
     a->data_fd = -1;
@@ -161,14 +164,14 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
         a->granule = PAGE;
     a->table_bytes = (cap >> CHUNK_SHIFT) * sizeof(uint64_t);
     a->objs_bytes = (cap >> CHUNK_SHIFT) * sizeof(struct fp_obj);
-    void *t = map_anon(NULL, a->table_bytes, PROT_READ | PROT_WRITE);
-    void *o = map_anon(NULL, a->objs_bytes, PROT_READ | PROT_WRITE);
+    void *t = fp_map_anon(NULL, a->table_bytes, PROT_READ | PROT_WRITE);
+    void *o = fp_map_anon(NULL, a->objs_bytes, PROT_READ | PROT_WRITE);
     /* the mirror aligned to its own size (up to 1 GiB), so an object is
      * aligned to twice its first block */
     size_t align = HUGE;
     while (align < 2 * cap && align < MIRROR_ALIGN_MAX)
         align <<= 1;
-    char *m = map_anon(NULL, 2 * cap + align, a->shared ? PROT_NONE : PROT_READ | PROT_WRITE);
+    char *m = fp_map_anon(NULL, 2 * cap + align, a->shared ? PROT_NONE : PROT_READ | PROT_WRITE);
     if (t == MAP_FAILED || o == MAP_FAILED || m == MAP_FAILED) {
         if (t != MAP_FAILED)
             munmap(t, a->table_bytes);
@@ -180,6 +183,8 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
     }
     a->table = t;
     a->objs = o;
+    a->reserved = m;
+    a->reserved_len = 2 * cap + align;
     a->mirror = (char *)(((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1));
     atomic_store(&a->cap, cap);
     a->pool = pool;
@@ -189,9 +194,14 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
 /* Open the pool. Called with open_lock held. */
 static struct fp_arena *open_arena(void)
 {
-    int n = atomic_load(&fp_narenas);
-    if (n >= FP_MAX_ARENAS) {
-        give_up(fp_cfg.uri, "too many fork generations");
+    int n = atomic_load(&fp_narenas), slot = n;
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&fp_arenas[i].retired)) {
+            slot = i;
+            break;
+        }
+    if (slot >= FP_MAX_ARENAS) {
+        give_up(fp_cfg.uri, "too many fork generations hold blocks");
         return NULL;
     }
     fmem_pool *pool;
@@ -202,8 +212,8 @@ static struct fp_arena *open_arena(void)
         give_up(fp_cfg.uri, fmem_strerror(rc));
         return NULL;
     }
-    struct fp_arena *a = &fp_arenas[n];
-    const char *why = arena_setup(a, pool);
+    struct fp_arena *a = &fp_arenas[slot];
+    const char *why = arena_setup(a, pool); /* clears retired */
     if (why) {
         memset(a, 0, sizeof *a);
         fmem_close(pool);
@@ -214,7 +224,17 @@ static struct fp_arena *open_arena(void)
      * open the pool after them gives the ids and blocks back */
     if (a->shared)
         recover_dead(pool);
-    atomic_store(&fp_narenas, n + 1);
+    /* fork is ours (fork.c, snap.c): libfmem's own handling of a shared
+     * pool would copy every block the process holds in the child while
+     * the parent waits */
+    if (a->shared) {
+        fork_objects_lock();
+        fork_watch_remove(&pool->fork);
+        pool->fork.prev = pool->fork.next = NULL; /* fmem_close removes it again */
+        fork_objects_unlock();
+    }
+    if (slot == n)
+        atomic_store(&fp_narenas, n + 1);
     return a;
 }
 
@@ -261,7 +281,7 @@ static int map_pieces(struct fp_arena *a, struct fp_obj *o, unsigned from, unsig
         if (mmap(base + off, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, a->data_fd,
                  (off_t)((int64_t)o->b[i].addr + a->file_delta)) == MAP_FAILED) {
             if (off > start)
-                unmap_range(base + start, off - start);
+                fp_unmap_range(base + start, off - start);
             return -1;
         }
         off += len;
@@ -280,7 +300,7 @@ static void drop_range(struct fp_arena *a, struct fp_obj *o, size_t off, size_t 
     char *p = fp_obj_ptr(a, o) + off;
     if (a->shared) {
         madvise(p, len, MADV_REMOVE); /* punched out of the pool file */
-        unmap_range(p, len);
+        fp_unmap_range(p, len);
     } else {
         madvise(p, len, MADV_DONTNEED);
     }
@@ -296,7 +316,17 @@ static void free_pieces(struct fp_arena *a, const struct fp_piece *b, unsigned n
 
 void fp_obj_release(struct fp_arena *a, struct fp_obj *o)
 {
-    drop_range(a, o, 0, fp_obj_len(o));
+    if (o->since) {
+        /* mapped private since a fork (snap.c): its pool pages are dropped
+         * from the file itself */
+        for (unsigned i = 0; i < o->n; i++)
+            fallocate(a->data_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      (off_t)((int64_t)o->b[i].addr + a->file_delta), (off_t)piece_len(&o->b[i]));
+        fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o));
+        o->since = 0;
+    } else {
+        drop_range(a, o, 0, fp_obj_len(o));
+    }
     free_pieces(a, o->b, o->n);
     atomic_fetch_sub_explicit(&a->live, 1, memory_order_relaxed);
 }
@@ -342,6 +372,10 @@ static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned
      * what processes that are gone still hold */
     if (no_room(rc) && fp_cache_flush(1))
         rc = alloc_pieces(a, sizes, k, b);
+    if (no_room(rc) && __atomic_load_n(&a->deferred, __ATOMIC_RELAXED)) {
+        fp_snap_reap(1);
+        rc = alloc_pieces(a, sizes, k, b);
+    }
     if (no_room(rc) && a->shared && !atomic_exchange(&recovered, 1) &&
         recover_dead_users(fp_cfg.uri))
         rc = alloc_pieces(a, sizes, k, b);
@@ -353,6 +387,8 @@ static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned
     struct fp_obj *o = &a->objs[b[0].addr >> CHUNK_SHIFT];
     o->n = k;
     o->pages = 0;
+    o->since = 0;
+    o->next = 0;
     for (unsigned i = 0; i < k; i++) {
         o->b[i] = b[i];
         o->pages += 1u << b[i].log2;
@@ -444,6 +480,8 @@ void *fp_block_alloc(size_t size, size_t align, int zero)
     fp_lock_shared();
     struct fp_arena *a = current_arena();
     int reused = 0;
+    if (a && __atomic_load_n(&a->deferred, __ATOMIC_RELAXED))
+        fp_snap_reap(0);
     struct fp_obj *o = a ? take(a, size, align, &reused) : NULL;
     if (o) {
         p = fp_obj_ptr(a, o);
@@ -464,6 +502,18 @@ static _Noreturn void bad_pointer(const char *what, const void *p)
 {
     fp_say("%s(): %p is not a live block (double free or a pointer into a block)", what, p);
     abort();
+}
+
+/* An orphan arena none of whose objects is left: give its memory back
+ * and let a later pool open take the slot. */
+static void retire(struct fp_arena *a)
+{
+    size_t cap = atomic_exchange(&a->cap, 0); /* no pointer is in it any more */
+    munmap(a->pool_data, cap);
+    munmap(a->table, a->table_bytes);
+    munmap(a->objs, a->objs_bytes);
+    munmap(a->reserved, a->reserved_len);
+    atomic_store(&a->retired, 1);
 }
 
 static struct fp_obj *obj_of(struct fp_arena *a, const void *p, const char *what)
@@ -505,9 +555,13 @@ void fp_block_free(void *p)
         bad_pointer("free", p);
     fp_stats_sub(fp_obj_len(o));
     if (e & FP_E_PRIVATE) {
-        unmap_range(p, fp_obj_len(o)); /* keep the range reserved */
+        fp_unmap_range(p, fp_obj_len(o)); /* keep the range reserved */
         atomic_store(slot, 0);
-    } else if (!fp_cache_put(a, o)) {
+        if (atomic_fetch_sub(&a->live, 1) == 1)
+            retire(a);
+    } else if (o->since && fp_snap_defer(a, o)) {
+        /* fork children may still read its pool pages */
+    } else if (o->since || !fp_cache_put(a, o)) {
         atomic_store(slot, 0);
         fp_obj_release(a, o);
     }
@@ -572,10 +626,10 @@ int fp_block_resize(void *p, size_t size)
         /* stay unless the object would be mostly empty */
         if (pages < (1u << o->b[0].log2) / 4)
             rc = -1;
-        else if (!(e & FP_E_PRIVATE))
+        else if (!(e & FP_E_PRIVATE) && !o->since)
             shrink(a, o, pages);
     } else {
-        rc = (e & FP_E_PRIVATE) || a->pool == NULL ? -1 : grow(a, o, pages);
+        rc = (e & FP_E_PRIVATE) || o->since || a->pool == NULL ? -1 : grow(a, o, pages);
         if (rc == 0)
             atomic_fetch_add_explicit(&fp_stats.grown, 1, memory_order_relaxed);
     }
@@ -590,15 +644,19 @@ int fp_block_resize(void *p, size_t size)
 /* A kept object of a parent's named pool, in its fork child: unmapped. */
 static void forget_kept(struct fp_arena *a, struct fp_obj *o)
 {
-    unmap_range(fp_obj_ptr(a, o), fp_obj_len(o));
+    fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o));
 }
 
-/* Fork child of a process using a shared pool, one thread, all locks held:
- * the pool's pages are shared with the parent, which goes on writing them.
- * Give each live object a private copy at the same address, unmap the
- * parent's pool, and open a pool of our own on the next large request. The
- * parent waits until this is done (fork.c), so the copies show memory as
- * of the fork. (A private pool needs none of this.) */
+/* Fork child of a process using a shared pool, one thread, all locks held.
+ * The parent remapped its live objects MAP_PRIVATE before the fork
+ * (snap.c), so they are already this process's copy-on-write snapshot:
+ * mark them private (the parent's; this process only unmaps them). An
+ * object the parent could not remap is still shared with it: copy it to
+ * private memory at the same address (the parent waits for that, fork.c,
+ * so the copy shows memory as of the fork). Then unmap the parent's pool
+ * and open a pool of our own on the next large request. The lock of the
+ * fork generation stays open here until exit or exec. (A private pool
+ * needs none of this.) */
 void fp_blocks_orphan_current(void)
 {
     struct fp_arena *a = atomic_load(&fp_current);
@@ -606,14 +664,22 @@ void fp_blocks_orphan_current(void)
         return;
     fp_cache_forget(forget_kept); /* kept objects: the parent's, not copied */
     size_t nchunks = a->cap >> CHUNK_SHIFT;
+    uint64_t nprivate = 0;
     for (size_t i = 0; i < nchunks; i++) {
         uint64_t e = atomic_load(&a->table[i]);
-        if (!(e & FP_E_LIVE) || (e & FP_E_PRIVATE))
+        if (!(e & FP_E_LIVE) || (e & FP_E_CACHED))
+            continue;
+        nprivate++;
+        if (e & FP_E_PRIVATE)
             continue;
         struct fp_obj *o = &a->objs[i];
+        if (o->since && !(e & FP_E_COPY)) {
+            atomic_store(&a->table[i], e | FP_E_PRIVATE);
+            continue;
+        }
         char *p = fp_obj_ptr(a, o);
         size_t len = fp_obj_len(o);
-        void *copy = map_anon(NULL, len, PROT_READ | PROT_WRITE);
+        void *copy = fp_map_anon(NULL, len, PROT_READ | PROT_WRITE);
         if (copy == MAP_FAILED || (memcpy(copy, p, len),
                                    mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p)) == MAP_FAILED) {
             fp_say("fork child: cannot copy a %zu-byte block", len);
@@ -622,10 +688,14 @@ void fp_blocks_orphan_current(void)
         atomic_store(&a->table[i], e | FP_E_PRIVATE);
         atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
     }
-    unmap_range(a->pool_data, a->cap); /* the parent's pool: never used here */
+    fp_unmap_range(a->pool_data, a->cap); /* the parent's pool: never used here */
+    a->gen_fd = -1; /* the fork generation's lock: kept open */
     a->orphan = 1;
+    atomic_store(&a->live, nprivate);
     a->pool = NULL; /* the parent's: never closed or used here */
     atomic_store(&fp_current, NULL);
+    if (nprivate == 0)
+        retire(a);
 }
 
 /* At exit, a process using a named pool gives its user id back when it can
@@ -644,6 +714,7 @@ __attribute__((destructor)) static void release_at_exit(void)
     fp_in_pool = 1;
     fp_lock_all();
     fp_cache_flush(1);
+    fp_snap_reap(1);
     if (atomic_load(&a->live) == 0) {
         atomic_store(&closed, 1);
         atomic_store(&fp_current, NULL);

@@ -4,19 +4,22 @@
  * kernel gives the child a copy-on-write snapshot of the pool, its blocks
  * and the block table, so the child goes on using it as its own and no
  * page is copied until one side writes it; no handler work beyond the
- * lock. A shared pool (shm:, hugetlbfs) is a MAP_SHARED mapping, so without help a child would share
- * its large blocks with the parent (each seeing the other's writes) and
- * allocate from the pool under the parent's user id. Instead:
- *   prepare  take the block lock exclusively: no block is being allocated
- *            or freed while the child's view is made
- *   child    copy every live block to private memory at the same address
- *            (blocks.c), forget the parent's pool, open a new one later
- *   parent   wait until the child has copied, then let allocations go on
- * The wait is what makes the copies a snapshot: the forking thread cannot
- * write its blocks before the child has its own. Its cost is one copy of
- * the live large blocks per fork; vfork() and posix_spawn() skip it all.
- * A pool named by URI is re-opened by the child and so gets its own user
- * id; a private pool (mem:) becomes a new private pool. */
+ * lock. A named pool (shm:, file:) is a MAP_SHARED mapping, so without
+ * help a child would share its large blocks with the parent (each seeing
+ * the other's writes) and allocate from the pool under the parent's user
+ * id. Instead:
+ *   prepare  take the block lock exclusively (no block is being allocated
+ *            or freed while the child's view is made), lock a new fork
+ *            generation and remap the live blocks MAP_PRIVATE (snap.c)
+ *   child    mark them private, forget the parent's pool, open a pool of
+ *            its own (a user id of its own) on its next large request
+ *   parent   close its copy of the generation's lock
+ * Nothing is copied: both sides see the blocks as of the fork through the
+ * kernel's copy-on-write. Without a lock the parent copies its blocks into
+ * private memory before the fork; only a block that could be neither
+ * remapped nor copied there is copied by the child while the parent waits
+ * (the wait makes the copy a snapshot). vfork() and posix_spawn() skip it
+ * all. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -36,12 +39,13 @@ static int current_shared(void)
 static void prepare(void)
 {
     fp_lock_all();
-    if (current_shared() && pipe2(done_pipe, O_CLOEXEC))
+    if (current_shared() && fp_snap_prepare() && pipe2(done_pipe, O_CLOEXEC))
         done_pipe[0] = done_pipe[1] = -1;
 }
 
 static void parent(void)
 {
+    fp_snap_parent();
     if (done_pipe[0] >= 0) {
         close(done_pipe[1]);
         char c;

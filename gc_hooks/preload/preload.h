@@ -8,7 +8,10 @@
  *   blocks.c     large blocks: the pool, the range its blocks live in (a
  *                block is a few pool blocks side by side), their table
  *   cache.c      freed blocks kept for reuse, by size
- *   fork.c       what a child of fork() does with the parent's blocks
+ *   fork.c       fork() handlers
+ *   snap.c       named pool: blocks remapped copy-on-write at fork, the
+ *                fork-generation locks, blocks whose free waits for the
+ *                fork children that read them
  *   stats.c      counters and the report at exit (FMEM_PRELOAD_STATS=1)
  *   interpose.c  malloc, free, ... as the program sees them
  */
@@ -99,16 +102,27 @@ struct fp_piece {
 struct fp_obj {
     uint32_t n;          /* pieces, in address order */
     uint32_t pages;      /* the object's length in 4 KiB pages */
+    uint32_t since;      /* named pool: mapped MAP_PRIVATE since this fork
+                          * generation (snap.c); 0: mapped MAP_SHARED;
+                          * FP_SINCE_ANON: a private anonymous copy */
+    uint32_t next;       /* deferred list: record index + 1 of the next */
     struct fp_piece b[FP_OBJ_BLOCKS];
 };
 /* entries of the arena's table, one word per record */
 #define FP_E_LIVE (UINT64_C(1) << 0)
 #define FP_E_PRIVATE (UINT64_C(1) << 40) /* a copy made in a fork child, no longer in the pool */
 #define FP_E_CACHED (UINT64_C(1) << 41)  /* freed, kept for reuse (cache.c) */
+#define FP_E_DEFERRED (UINT64_C(1) << 42) /* freed, waiting for fork readers (snap.c);
+                                           * always with FP_E_CACHED */
+#define FP_E_COPY (UINT64_C(1) << 43)     /* not (wholly) remapped at fork: the child copies it */
 #define FP_CHUNK_SHIFT 12
+#define FP_SINCE_ANON UINT32_MAX
 
 /* shared between blocks.c, cache.c and fork.c */
-#define FP_MAX_ARENAS 64 /* fork generations with a named pool (each keeps its range) */
+/* Arenas of one process: its own and, in a fork child of a named pool's
+ * user, one per ancestor that still has blocks the child holds (an arena
+ * none of whose blocks is left is retired and its slot reused). */
+#define FP_MAX_ARENAS 1024
 struct fp_arena {
     char *mirror;              /* where the objects are: 2 * cap bytes */
     _Atomic size_t cap;        /* pool data bytes; 0 once closed at exit */
@@ -124,7 +138,14 @@ struct fp_arena {
     struct fp_obj *objs;       /* its pieces, in a record per chunk */
     size_t table_bytes, objs_bytes;
     char *pool_data;           /* the pool's own mapping of its data */
-    int orphan;                /* a parent's pool, copied at fork: private */
+    int orphan;                /* a parent's pool, seen by a fork child:
+                                * live counts its private objects */
+    _Atomic int retired;       /* orphan with no object left: slot reusable */
+    char *reserved;            /* the mirror's reservation ... */
+    size_t reserved_len;       /* ... and its length */
+    uint32_t fork_gen;         /* named pool: last fork generation (snap.c) */
+    int gen_fd;                /* its lock's description during a fork, or -1 */
+    uint32_t deferred;         /* record index + 1 of the first deferred object */
     struct fmem_pool *pool;    /* NULL once orphaned */
 };
 extern struct fp_arena fp_arenas[FP_MAX_ARENAS];
@@ -150,6 +171,24 @@ static inline _Atomic uint64_t *fp_obj_entry(const struct fp_arena *a, const str
 static inline size_t fp_obj_len(const struct fp_obj *o) { return (size_t)o->pages << FP_CHUNK_SHIFT; }
 /* Give an object (entry already cleared) back to the pool. */
 void fp_obj_release(struct fp_arena *a, struct fp_obj *o);
+void fp_unmap_range(char *p, size_t len);
+void *fp_map_anon(void *at, size_t len, int prot);
+
+/* ---- snap.c ------------------------------------------------------------- */
+
+/* Parent, in the prepare handler (all locks held): take the lock of a new
+ * fork generation and remap the current named arena's shared objects
+ * MAP_PRIVATE. Returns 1 if some object could not be remapped (the child
+ * must copy it while the parent waits), else 0. */
+int fp_snap_prepare(void);
+/* Parent after fork (or a failed fork): close its copy of the lock. */
+void fp_snap_parent(void);
+/* A freed object mapped private since a fork: 1 if it was deferred (its
+ * entry marked), 0 if no reader is left (the caller gives it back). */
+int fp_snap_defer(struct fp_arena *a, struct fp_obj *o);
+/* Give back deferred objects no fork reader can see any more; `force`
+ * ignores the throttle. Block lock held (shared or exclusive). */
+void fp_snap_reap(int force);
 
 /* ---- cache.c ------------------------------------------------------------ */
 
@@ -177,6 +216,7 @@ struct fp_stats {
     _Atomic uint64_t live_bytes;
     _Atomic uint64_t peak_bytes;
     _Atomic uint64_t copied_at_fork; /* bytes copied in fork children */
+    _Atomic uint64_t remapped_at_fork; /* bytes remapped copy-on-write at fork (snap.c) */
     _Atomic uint64_t reused;    /* large blocks served from the cache */
     _Atomic uint64_t no_room;   /* large requests the pool had no room for
                                  * (counted in fallbacks too) */

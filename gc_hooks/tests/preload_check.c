@@ -28,7 +28,8 @@ static int passed, failed;
 #define BIG ((size_t)1 << 20)
 #define SMALL ((size_t)1000)
 
-/* Is p inside a mapping of the pool's data file? */
+/* Is p inside a shared mapping of the pool's data file? (A block of the
+ * parent's seen by a fork child is a private, copy-on-write one.) */
 static int in_pool(const void *p)
 {
     FILE *f = fopen("/proc/self/maps", "r");
@@ -36,9 +37,11 @@ static int in_pool(const void *p)
     int found = 0;
     while (f && fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi) {
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)p >= lo &&
+            (uintptr_t)p < hi) {
             const char *file = getenv("PRELOAD_CHECK_FILE");
-            found = file && *file && strstr(line, file) != NULL;
+            found = file && *file && perms[3] == 's' && strstr(line, file) != NULL;
             break;
         }
     }

@@ -95,6 +95,19 @@ int node_claim_uid_for(struct node *n, uint32_t pid, unsigned *uid);
 /* Claim slot `uid` itself for `pid`: 0, or FMEM_EBUSY if it is held. */
 int node_claim_uid_exact(struct node *n, unsigned uid, uint32_t pid);
 uint32_t node_uid_pid(struct node *n, unsigned uid);
+/* Fork readers (libfmem-preload): a process forked from a user of a named
+ * pool may read that user's blocks through copy-on-write mappings of the
+ * pool's data file, so their pages must stay allocated while it lives.
+ * It holds an open-file-description lock (F_OFD_SETLK, inherited by fork,
+ * dropped at exit or exec) on byte NODE_FORK_LOCK_OFF(uid, gen) of the
+ * data file, far beyond its end, for each fork generation gen (1..2^32-1)
+ * of that user. true if a lock on a generation >= gen of uid is held. */
+#define NODE_FORK_LOCK_OFF(uid, gen) (((int64_t)1 << 60) + ((int64_t)(uid) << 32) + (int64_t)(gen))
+bool node_fork_readers(struct node *n, unsigned uid, uint32_t gen);
+/* The one liveness test of recovery, verify and the user table: true when
+ * slot uid names a local process (pid) that is gone and no process forked
+ * from it still reads its blocks. */
+bool node_user_gone(struct node *n, unsigned uid, uint32_t pid);
 /* What this process writes into a user slot it claims on n. */
 uint32_t node_own_pid(const struct node *n);
 /* Did this process claim n's user slot (not a recovery's, not the parent's

@@ -2,6 +2,7 @@
  * that process is alive, its heartbeat and session, and how much the log
  * says it owns (fmem_user_info, for `fmem recover` and tools). */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "fmem_admin.h"
 #include "pool_internal.h"
 #include "session_table.h"
+#include "../transport/transport.h"
 
 #define LOG_BATCH 65536
 
@@ -38,6 +40,24 @@ static int count_owned(struct node *n, unsigned uid, uint64_t *blocks, uint64_t 
     return 0;
 }
 
+bool node_fork_readers(struct node *n, unsigned uid, uint32_t gen)
+{
+    int fd = shm_transport_data_fd(n->tp);
+    if (fd < 0 || gen == 0)
+        return false;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                       .l_start = NODE_FORK_LOCK_OFF(uid, gen),
+                       .l_len = NODE_FORK_LOCK_OFF(uid + 1, 0) - NODE_FORK_LOCK_OFF(uid, gen)};
+    /* a lock of another description conflicts with this write probe */
+    return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
+bool node_user_gone(struct node *n, unsigned uid, uint32_t pid)
+{
+    return pid && !(pid & NODE_PID_REMOTE) && kill((pid_t)(pid & ~NODE_PID_REMOTE), 0) < 0 &&
+           errno == ESRCH && !node_fork_readers(n, uid, 1);
+}
+
 int fmem_user_info(fmem_pool *p, unsigned node, unsigned uid, fmem_user_info_t *out)
 {
     if (!p || !out || uid == 0 || uid > MAX_UID)
@@ -55,7 +75,7 @@ int fmem_user_info(fmem_pool *p, unsigned node, unsigned uid, fmem_user_info_t *
     if (out->remote)
         out->alive = -1;
     else if (pid)
-        out->alive = kill((pid_t)pid, 0) == 0 || errno == EPERM;
+        out->alive = !node_user_gone(n, uid, pid);
     if (n->tp->wkeys_off && uid < WK_HB_SLOTS) {
         uint64_t pair[2];
         if (tp_read(n->tp, n->tp->wkeys_off + wk_hb_pair(n->g.nchunks, uid), pair, sizeof pair) < 0)

@@ -246,11 +246,6 @@ static int check_section(struct node *n, uint64_t x, const struct snap *sn, stru
     return 0;
 }
 
-static bool local_pid_gone(uint32_t pid)
-{
-    return pid && !(pid & NODE_PID_REMOTE) && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
-}
-
 static uint64_t entry_bytes(uint64_t e)
 {
     uint64_t chunks = log_layer(e) == LAYER_SECTION ? CHUNKS_PER_SECTION
@@ -279,7 +274,7 @@ static int find_orphans(struct node *n, struct vctx *v, const struct owned *own,
         goto out;
     }
     for (uint64_t u = 1; u < nusers; u++)
-        if (local_pid_gone(pids[u]))
+        if (node_user_gone(n, (unsigned)u, pids[u]))
             r->dead_slots++;
     uint64_t snapped = UINT64_MAX; /* section held in *sn */
     int busy = 0;
@@ -287,7 +282,7 @@ static int find_orphans(struct node *n, struct vctx *v, const struct owned *own,
         unsigned uid = log_uid(own[i].entry);
         uint32_t pid = uid < nusers ? pids[uid] : 0;
         if (pid) {
-            if (local_pid_gone(pid)) {
+            if (node_user_gone(n, uid, pid)) {
                 dead[uid].blocks++;
                 dead[uid].bytes += entry_bytes(own[i].entry);
             }

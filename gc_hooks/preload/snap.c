@@ -1,0 +1,196 @@
+/* snap.c - fork() with a named pool (shm:, file:) without copying blocks.
+ *
+ * A named pool's objects are MAP_SHARED mappings of the pool's data file.
+ * At fork the parent remaps each of them MAP_PRIVATE at the same address
+ * (the bytes stay: they are the file's pages), so parent and child each
+ * see a copy-on-write snapshot and neither sees the other's later writes.
+ * The kernel then copies a page only when one side writes it, as for plain
+ * memory. An object stays mapped private for the rest of its life; later
+ * forks need no remap.
+ *
+ * The price: the pool pages behind such an object are read by every child
+ * forked since the remap (through the pages nobody wrote), so they must
+ * stay allocated and unwritten while any of those children lives, even
+ * after the parent frees the object or dies. Fork generation g of user u
+ * is an open-file-description lock on byte NODE_FORK_LOCK_OFF(u, g) of the
+ * data file (libfmem/core/node.h): the parent opens a new description in
+ * the prepare handler and locks it, the child inherits it (O_CLOEXEC: exec
+ * drops it), the parent closes its copy after fork. So the lock is held
+ * exactly while that child or a descendant of it (without exec) lives. An
+ * object remapped at generation g ("since") is read by the children of
+ * generations >= g: while any of their locks is held a free defers it (a
+ * list, not the pool), and recovery (node_user_gone) treats its user as
+ * alive. Deferred objects go back to the pool when the locks are gone,
+ * checked on later large allocations (at most once per few milliseconds),
+ * when the pool has no room, and at exit. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../libfmem/core/node.h"
+#include "../../libfmem/pool_internal.h"
+#include "preload.h"
+
+#define REAP_EVERY_NS ((uint64_t)2000000)
+
+static pthread_mutex_t defer_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t last_reap;
+
+static unsigned uid_of(const struct fp_arena *a) { return a->pool->nodes[0]->uid; }
+
+/* Remap o's pieces MAP_PRIVATE: 0, or -1 if one could not be (the pieces
+ * before it are private, the rest still shared). */
+static int remap_private(struct fp_arena *a, struct fp_obj *o)
+{
+    char *p = fp_obj_ptr(a, o);
+    size_t off = 0;
+    for (unsigned i = 0; i < o->n; i++) {
+        size_t len = (size_t)1 << (FP_CHUNK_SHIFT + o->b[i].log2);
+        if (mmap(p + off, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, a->data_fd,
+                 (off_t)((int64_t)o->b[i].addr + a->file_delta)) == MAP_FAILED)
+            return -1;
+        off += len;
+    }
+    return 0;
+}
+
+/* The fallback when the lock or a remap fails: the parent's own view of
+ * o becomes a private anonymous copy at the same address (no pool page
+ * is read by anyone after this, so nothing is pinned), and fork gives the
+ * child the kernel's copy-on-write snapshot of it. 0 or -1. */
+static int copy_private(struct fp_arena *a, struct fp_obj *o)
+{
+    char *p = fp_obj_ptr(a, o);
+    size_t len = fp_obj_len(o);
+    void *copy = fp_map_anon(NULL, len, PROT_READ | PROT_WRITE);
+    if (copy == MAP_FAILED)
+        return -1;
+    memcpy(copy, p, len);
+    if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) {
+        munmap(copy, len);
+        return -1;
+    }
+    o->since = FP_SINCE_ANON;
+    atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
+    return 0;
+}
+
+int fp_snap_prepare(void)
+{
+    struct fp_arena *a = atomic_load(&fp_current);
+    if (!a || !a->shared || !a->pool)
+        return 0;
+    a->gen_fd = -1;
+    if (atomic_load(&a->live) == 0)
+        return 0;
+    uint32_t gen = a->fork_gen + 1;
+    char path[48];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", a->data_fd);
+    /* a description of its own: a lock of the pool's descriptor would be
+     * one lock for every generation */
+    int fd = gen >= FP_SINCE_ANON ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET,
+                       .l_start = NODE_FORK_LOCK_OFF(uid_of(a), gen), .l_len = 1};
+    if (fd >= 0 && fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    int copy = 0;
+    size_t nchunks = atomic_load(&a->cap) >> FP_CHUNK_SHIFT;
+    for (size_t i = 0; i < nchunks; i++) {
+        uint64_t e = atomic_load_explicit(&a->table[i], memory_order_relaxed);
+        if (!(e & FP_E_LIVE) || (e & (FP_E_CACHED | FP_E_PRIVATE)))
+            continue;
+        if (e & FP_E_COPY) {
+            copy = 1; /* partly shared still: every child copies it */
+            continue;
+        }
+        if (a->objs[i].since)
+            continue;
+        struct fp_obj *o = &a->objs[i];
+        if (fd < 0) { /* no lock: a copy of the parent's own */
+            if (copy_private(a, o)) {
+                atomic_store(&a->table[i], e | FP_E_COPY); /* the child copies */
+                copy = 1;
+            }
+            continue;
+        }
+        if (remap_private(a, o)) {
+            /* partly private: pinned like the others, and copied by the child */
+            atomic_store(&a->table[i], e | FP_E_COPY);
+            copy = 1;
+        }
+        o->since = gen;
+        atomic_fetch_add_explicit(&fp_stats.remapped_at_fork, fp_obj_len(o), memory_order_relaxed);
+    }
+    if (fd >= 0) {
+        a->fork_gen = gen;
+        a->gen_fd = fd;
+    }
+    return copy;
+}
+
+void fp_snap_parent(void)
+{
+    struct fp_arena *a = atomic_load(&fp_current);
+    if (a && a->shared && a->gen_fd >= 0) {
+        close(a->gen_fd); /* the child's copy holds the lock */
+        a->gen_fd = -1;
+    }
+}
+
+int fp_snap_defer(struct fp_arena *a, struct fp_obj *o)
+{
+    if (!a->pool || o->since == FP_SINCE_ANON || !node_fork_readers(a->pool->nodes[0], uid_of(a), o->since))
+        return 0;
+    fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o)); /* our private pages */
+    atomic_store(fp_obj_entry(a, o), FP_E_CACHED | FP_E_DEFERRED);
+    pthread_mutex_lock(&defer_mu);
+    o->next = a->deferred;
+    __atomic_store_n(&a->deferred, (uint32_t)(o - a->objs) + 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&defer_mu);
+    return 1;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void fp_snap_reap(int force)
+{
+    struct fp_arena *a = atomic_load(&fp_current);
+    if (!a || !a->shared || !a->pool || !__atomic_load_n(&a->deferred, __ATOMIC_RELAXED))
+        return;
+    uint64_t now = now_ns(), last = atomic_load(&last_reap);
+    if (!force && now - last < REAP_EVERY_NS)
+        return;
+    atomic_store(&last_reap, now);
+    struct node *n = a->pool->nodes[0];
+    uint32_t free_from = UINT32_MAX; /* no reader of generations >= this */
+    pthread_mutex_lock(&defer_mu);
+    for (uint32_t *link = &a->deferred; *link;) {
+        struct fp_obj *o = &a->objs[*link - 1];
+        int gone = o->since >= free_from;
+        if (!gone && !node_fork_readers(n, uid_of(a), o->since)) {
+            gone = 1;
+            free_from = o->since;
+        }
+        if (!gone) {
+            link = &o->next;
+            continue;
+        }
+        __atomic_store_n(link, o->next, __ATOMIC_RELAXED);
+        o->next = 0;
+        atomic_store(fp_obj_entry(a, o), 0);
+        fp_obj_release(a, o);
+    }
+    pthread_mutex_unlock(&defer_mu);
+}

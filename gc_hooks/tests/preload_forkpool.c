@@ -1,0 +1,451 @@
+/* preload_forkpool.c - fork() under libfmem-preload.so with a named pool
+ * (run by preload-fork.sh). A block is "in the pool" when /proc/self/maps
+ * shows it as a shared mapping of $PRELOAD_CHECK_FILE, the pool's data
+ * file. Modes:
+ *   snap             parent and child each see the blocks (several sizes,
+ *                    two fork generations) as of the fork: neither sees
+ *                    the other's later writes
+ *   reuse SIZE       the parent frees a block a child still reads, then
+ *                    it and another process (FILL_CMD, run by system())
+ *                    allocate and overwrite the pool's free space: the
+ *                    child still reads its snapshot; once the child is
+ *                    gone the space is the pool's again
+ *   hold SIZE FILE [kill]  allocate SIZE bytes of 'A', fork and exit (or
+ *                    die of SIGKILL): the child waits until FILE exists,
+ *                    then checks its snapshot and writes "ok" or "bad" to
+ *                    FILE.res
+ *   fill SIZE N      allocate N blocks of SIZE, overwrite them with 'Z',
+ *                    print how many were in the pool, free them
+ *   exec SIZE        a child that calls exec does not pin the parent's
+ *                    blocks: freed, their space serves the next request
+ *   chain N          N generations deep, each holding a block of its own
+ *                    in the pool while its descendants run
+ *   many N           N forks of one parent, blocks freed and allocated
+ *                    between them; every child checks its snapshot and
+ *                    allocates from the pool; at the end nothing is pinned
+ *   nofd             no descriptor left for the fork's lock: the parent
+ *                    copies its blocks into private memory before the
+ *                    fork, and the snapshot still holds
+ *   threads N        N forks while three threads allocate, write, check
+ *                    and free blocks (some of them remapped at a fork and
+ *                    so deferred): every snapshot holds, no thread sees
+ *                    another's bytes
+ * Exit status 0 when every check held; one line per failed check. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <sched.h>
+#include <unistd.h>
+
+static int failed;
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            failed++;                                                                    \
+            fprintf(stderr, "[%d] %s:%d: check failed: %s\n", (int)getpid(), __FILE__, __LINE__, \
+                    #cond);                                                              \
+        }                                                                                \
+    } while (0)
+
+static int in_pool(const void *p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int found = 0;
+    const char *file = getenv("PRELOAD_CHECK_FILE");
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)p >= lo &&
+            (uintptr_t)p < hi) {
+            found = file && *file && perms[3] == 's' && strstr(line, file) != NULL;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* Private anonymous memory of this process, kB (RssAnon). */
+static long rss_anon_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %ld", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static int all(const unsigned char *p, size_t n, unsigned char v)
+{
+    for (size_t i = 0; i < n; i += 512)
+        if (p[i] != v)
+            return 0;
+    return p[n - 1] == v;
+}
+
+static void put(int fd)
+{
+    if (write(fd, "x", 1) != 1)
+        _exit(3);
+}
+static void get(int fd)
+{
+    char c;
+    if (read(fd, &c, 1) != 1)
+        _exit(3);
+}
+
+static int wait_ok(pid_t pid)
+{
+    int st;
+    return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* parent and child write after the fork, in turn; each checks the other's
+ * writes stay out of its view */
+static void snap(void)
+{
+    static const size_t sizes[] = {140000, 300000, (size_t)1 << 20, (5 << 20) + 4096, 33 << 20};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    unsigned char *b[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = malloc(sizes[i]);
+        CHECK(b[i] && in_pool(b[i]));
+        memset(b[i], 'A', sizes[i]);
+    }
+    for (int gen = 0; gen < 2; gen++) {
+        unsigned char was = gen ? 'B' : 'A';
+        /* a block allocated between the forks: remapped at the second */
+        unsigned char *late = malloc(2 << 20);
+        CHECK(late && in_pool(late));
+        memset(late, 'L', 2 << 20);
+        int p2c[2], c2p[2];
+        if (pipe(p2c) || pipe(c2p))
+            exit(2);
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* nothing was copied for the child: at the first fork its
+             * ~42 MiB of blocks are file pages, not private memory (at the
+             * second it shares the parent's private copies of its writes),
+             * and no copy was made and dropped (a copy of 42 MiB faults in
+             * thousands of pages) */
+            long anon = rss_anon_kb();
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            get(p2c[0]); /* the parent wrote 'B'/'D' */
+            int ok = anon >= 0 && (gen == 1 || anon < 16384) && ru.ru_minflt < 2000;
+            if (!ok)
+                fprintf(stderr, "child: %ld kB of private memory, %ld page faults after fork\n",
+                        anon, ru.ru_minflt);
+            for (int i = 0; i < N; i++) {
+                ok = ok && all(b[i], sizes[i], was) && !in_pool(b[i]);
+                memset(b[i], 'C', sizes[i]);
+            }
+            ok = ok && all(late, 2 << 20, 'L');
+            memset(late, 'c', 2 << 20);
+            unsigned char *own = malloc(3 << 20); /* its own, from the pool */
+            ok = ok && own && in_pool(own);
+            if (own)
+                memset(own, 'O', 3 << 20);
+            put(c2p[1]);
+            get(p2c[0]); /* the parent checked */
+            for (int i = 0; i < N; i++)
+                ok = ok && all(b[i], sizes[i], 'C');
+            free(own);
+            for (int i = 0; i < N; i++)
+                free(b[i]);
+            free(late);
+            exit(ok ? 0 : 1); /* exit: the counters are written */
+        }
+        for (int i = 0; i < N; i++)
+            memset(b[i], gen ? 'D' : 'B', sizes[i]);
+        memset(late, 'l', 2 << 20);
+        put(p2c[1]);
+        get(c2p[0]); /* the child wrote 'C' */
+        for (int i = 0; i < N; i++)
+            CHECK(all(b[i], sizes[i], gen ? 'D' : 'B'));
+        CHECK(all(late, 2 << 20, 'l'));
+        put(p2c[1]);
+        CHECK(wait_ok(pid));
+        free(late);
+        for (int i = 0; i < N; i++)
+            if (gen == 0)
+                memset(b[i], 'B', sizes[i]);
+        close(p2c[0]), close(p2c[1]), close(c2p[0]), close(c2p[1]);
+    }
+    for (int i = 0; i < N; i++)
+        free(b[i]);
+    printf("snap: %d failed\n", failed);
+}
+
+static int fill(size_t size, int n)
+{
+    unsigned char **v = calloc((size_t)n, sizeof *v);
+    int inpool = 0;
+    for (int i = 0; i < n; i++) {
+        v[i] = malloc(size);
+        if (v[i]) {
+            memset(v[i], 'Z', size);
+            inpool += in_pool(v[i]);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+    return inpool;
+}
+
+static void reuse(size_t size)
+{
+    unsigned char *p = malloc(size);
+    CHECK(p && in_pool(p));
+    memset(p, 'A', size);
+    int p2c[2];
+    if (pipe(p2c))
+        exit(2);
+    pid_t pid = fork();
+    if (pid == 0) {
+        get(p2c[0]);
+        _exit(all(p, size, 'A') ? 0 : 1);
+    }
+    free(p); /* the child still reads it */
+    int here = fill(size, 4);
+    const char *cmd = getenv("FILL_CMD");
+    int other = cmd ? system(cmd) : -1;
+    put(p2c[1]);
+    CHECK(wait_ok(pid));
+    CHECK(other == 0);
+    /* the child is gone: its pages are the pool's again (the free was
+     * deferred, given back at a later request) */
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+    int after = fill(size, 2);
+    CHECK(after == 2);
+    printf("reuse: %d of 4 blocks from the pool while the child read, %d of 2 after; %d failed\n",
+           here, after, failed);
+}
+
+static void hold(size_t size, const char *file, int die)
+{
+    unsigned char *p = malloc(size);
+    CHECK(p && in_pool(p));
+    memset(p, 'A', size);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct stat st;
+        for (int i = 0; i < 6000 && stat(file, &st) != 0; i++) {
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+        char res[1024];
+        snprintf(res, sizeof res, "%s.res", file);
+        FILE *f = fopen(res, "w");
+        int ok = all(p, size, 'A');
+        fprintf(f, ok ? "ok\n" : "bad\n");
+        fclose(f);
+        _exit(ok ? 0 : 1);
+    }
+    printf("child %d\n", (int)pid);
+    if (die)
+        raise(SIGKILL); /* no destructor, no exit handler */
+    exit(failed != 0); /* holding the block */
+}
+
+static void exec_child(size_t size)
+{
+    unsigned char *p = malloc(size);
+    CHECK(p && in_pool(p));
+    memset(p, 'A', size);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sleep", "sleep", "5", (char *)NULL);
+        _exit(127);
+    }
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL); /* the child has called exec */
+    free(p);
+    unsigned char *q = malloc(size); /* needs the space p had */
+    CHECK(q && in_pool(q));
+    free(q);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    printf("exec: %d failed\n", failed);
+}
+
+static int chain(int n, int depth)
+{
+    unsigned char *b = malloc(1 << 20);
+    int ok = b && in_pool(b);
+    if (!ok)
+        fprintf(stderr, "chain: level %d: block not in the pool\n", depth);
+    if (b)
+        memset(b, depth & 0xff, 1 << 20);
+    if (depth < n) {
+        pid_t pid = fork();
+        if (pid == 0)
+            _exit(chain(n, depth + 1) ? 0 : 1);
+        memset(b, 0xee, 1 << 19); /* after the fork: the child must not see it */
+        ok = wait_ok(pid) && ok;
+        ok = ok && all(b + (1 << 19), 1 << 19, depth & 0xff);
+    } else {
+        printf("chain: %d generations deep\n", depth);
+        fflush(stdout);
+    }
+    free(b);
+    return ok;
+}
+
+static void many(int n)
+{
+    unsigned char *keep = malloc(4 << 20);
+    CHECK(keep && in_pool(keep));
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        memset(keep, i & 0xff, 4 << 20);
+        unsigned char *t = malloc(1 << 20); /* freed after the fork: deferred */
+        memset(t, 'T', 1 << 20);
+        pid_t pid = fork();
+        if (pid == 0) {
+            unsigned char *own = malloc(1 << 20);
+            int ok = own && in_pool(own) && all(keep, 4 << 20, i & 0xff) && all(t, 1 << 20, 'T');
+            exit(ok ? 0 : 1);
+        }
+        free(t);
+        memset(keep, 0xff, 4 << 20);
+        bad += !wait_ok(pid);
+    }
+    CHECK(bad == 0);
+    free(keep);
+    /* every child is gone: nothing is pinned, the whole pool serves */
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+    size_t big = (size_t)atol(getenv("MANY_BIG") ? getenv("MANY_BIG") : "0");
+    if (big) {
+        unsigned char *q = malloc(big);
+        CHECK(q && in_pool(q));
+        free(q);
+    }
+    printf("many: %d forks, %d children failed; %d failed\n", n, bad, failed);
+}
+
+static void nofd(void)
+{
+    unsigned char *p = malloc(8 << 20);
+    CHECK(p && in_pool(p));
+    memset(p, 'A', 8 << 20);
+    int p2c[2];
+    if (pipe(p2c))
+        exit(2);
+    int lo = -1, hi = -1, fd;
+    while ((fd = open("/dev/null", O_RDONLY)) >= 0) { /* up to the descriptor limit */
+        if (lo < 0)
+            lo = fd;
+        hi = fd;
+    }
+    pid_t pid = fork();
+    for (fd = lo; lo >= 0 && fd <= hi; fd++)
+        close(fd); /* room for the counters' file at exit */
+    if (pid == 0) {
+        get(p2c[0]);
+        exit(all(p, 8 << 20, 'A') ? 0 : 1); /* exit: the counters are written */
+    }
+    memset(p, 'B', 8 << 20);
+    put(p2c[1]);
+    CHECK(wait_ok(pid));
+    CHECK(all(p, 8 << 20, 'B'));
+    free(p);
+    printf("nofd: %d failed\n", failed);
+}
+
+static _Atomic int stop_threads;
+static void *churn(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg, bad = 0;
+    unsigned char v = (unsigned char)(0x40 + seed);
+    while (!stop_threads) {
+        size_t n = (size_t)(131072 + rand_r(&seed) % (3 << 20));
+        unsigned char *p = malloc(n);
+        if (!p)
+            continue;
+        memset(p, v, n);
+        sched_yield(); /* a fork may remap it here */
+        bad += !all(p, n, v);
+        free(p);
+    }
+    return (void *)(uintptr_t)bad;
+}
+
+static void threads(int n)
+{
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&t[i], NULL, churn, (void *)(uintptr_t)(i + 1));
+    unsigned char *keep = malloc(8 << 20);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        memset(keep, i & 0xff, 8 << 20);
+        pid_t pid = fork();
+        if (pid == 0) {
+            unsigned char *own = malloc(1 << 20);
+            int ok = own && in_pool(own) && all(keep, 8 << 20, i & 0xff);
+            _exit(ok ? 0 : 1);
+        }
+        memset(keep, 0xff, 8 << 20);
+        bad += !wait_ok(pid);
+    }
+    stop_threads = 1;
+    uintptr_t wrong = 0;
+    for (int i = 0; i < 3; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        wrong += (uintptr_t)r;
+    }
+    CHECK(bad == 0);
+    CHECK(wrong == 0);
+    free(keep);
+    printf("threads: %d forks while 3 threads allocate, %d children failed, %lu bad blocks\n", n,
+           bad, (unsigned long)wrong);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 2 && strcmp(argv[1], "snap") == 0)
+        snap();
+    else if (argc == 3 && strcmp(argv[1], "reuse") == 0)
+        reuse((size_t)atol(argv[2]));
+    else if ((argc == 4 || argc == 5) && strcmp(argv[1], "hold") == 0)
+        hold((size_t)atol(argv[2]), argv[3], argc == 5 && strcmp(argv[4], "kill") == 0);
+    else if (argc == 4 && strcmp(argv[1], "fill") == 0)
+        printf("fill: %d in the pool\n", fill((size_t)atol(argv[2]), atoi(argv[3])));
+    else if (argc == 3 && strcmp(argv[1], "exec") == 0)
+        exec_child((size_t)atol(argv[2]));
+    else if (argc == 3 && strcmp(argv[1], "chain") == 0)
+        failed += !chain(atoi(argv[2]), 0);
+    else if (argc == 3 && strcmp(argv[1], "many") == 0)
+        many(atoi(argv[2]));
+    else if (argc == 2 && strcmp(argv[1], "nofd") == 0)
+        nofd();
+    else if (argc == 3 && strcmp(argv[1], "threads") == 0)
+        threads(atoi(argv[2]));
+    else {
+        fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
+                        "exec SIZE|chain N|many N|nofd|threads N\n");
+        return 2;
+    }
+    return failed != 0;
+}
