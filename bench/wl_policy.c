@@ -344,7 +344,7 @@ int fmem_bench_policy(int argc, char **argv)
             fprintf(out, "  policy region, node %u: %llu chunks, placing %u\n", p[k].node,
                     (unsigned long long)p[k].chunks, p[k].placing);
         fprintf(out, "policy beats every fixed setting on %d of 3 workloads%s\n", beaten,
-                close ? ", and is within 10 %% of the best on each" : "");
+                close ? ", and is within 10 % of the best on each" : "");
     }
     for (unsigned k = 0; k < nreg; k++)
         if (regs[k].r)

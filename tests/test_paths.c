@@ -456,9 +456,9 @@ Test(paths_policy, settings_change_under_load, .timeout = 240)
 
 /* New chunks go to the paths in proportion to their links' bandwidth,
  * bounded for a slower link so that a random fetch is on average at most
- * 5 % slower than on the fastest links, that 5 % split between the slower
- * links: beside a 64M link that gets none, a 3G one takes 7.5 % (6:6:1
- * with two 4G links). With an
+ * 5 % slower than on the fastest links, that 5 % split between the
+ * slower links: beside a 64M link that gets none, a 3G one takes 7.5 %
+ * (6:6:1 with two 4G links). With an
  * explicit stripe width the chunks are spread evenly over nodes
  * 0..stripe-1 (the interleave group is a multiple of every width). */
 Test(paths_policy, chunks_placed_by_link_bandwidth, .timeout = 60)
