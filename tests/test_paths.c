@@ -454,6 +454,55 @@ Test(paths_policy, settings_change_under_load, .timeout = 240)
     fmem_close(p);
 }
 
+/* A scan with random lookups between its faults (a column scan joined
+ * with a lookup table): the policy keeps following the scan's stream and
+ * reads ahead for it; the handler's single-stream detector (read-ahead
+ * depth fixed) loses the stream at lookup misses and reads ahead far
+ * less. The data read is checked throughout. */
+Test(paths_policy, stream_followed_through_random_lookups, .timeout = 120)
+{
+    fmem_pool *p;
+    cr_assert_eq(fmem_open("mem:?size=64M&nodes=2&bw=8G", &p), 0);
+    const size_t size = 8 << 20, fact = 6 << 20, unit = 16 << 10;
+    uint64_t ahead[2];
+    for (int fixed_depth = 0; fixed_depth < 2; fixed_depth++) {
+        fmem_region *r = make_on(p, size, 1 << 20, unit); /* 64 units cached */
+        char *base = fmem_region_base(r);
+        for (size_t off = 0; off < size; off += 4096)
+            *(uint64_t *)(base + off) = off / 4096 + 1;
+        cr_assert_eq(fmem_region_flush(r), 0);
+        if (fixed_depth) {
+            fmem_region_tuning t = {.set = FMEM_REGION_TUNE_PREFETCH, .prefetch = 16};
+            cr_assert_eq(fmem_region_tune(r, &t), 0);
+        }
+        /* push the data out of the cache */
+        for (int k = 0; k < 2; k++)
+            for (size_t off = fact; off < size; off += 4096)
+                (void)*(volatile uint64_t *)(base + off);
+        fmem_region_stats_t st0, st;
+        cr_assert_eq(fmem_region_stats(r, &st0), 0);
+        uint64_t s = 7;
+        for (size_t off = 0; off < fact; off += 4096) {
+            cr_assert_eq(*(volatile uint64_t *)(base + off), off / 4096 + 1);
+            if ((off / 4096) % 4 == 0) {
+                size_t k = fact + rnd(&s) % ((size - fact) / 4096) * 4096;
+                cr_assert_eq(*(volatile uint64_t *)(base + k), k / 4096 + 1);
+            }
+        }
+        cr_assert_eq(fmem_region_stats(r, &st), 0);
+        ahead[fixed_depth] = st.prefetches - st0.prefetches;
+        fmem_region_destroy(r);
+    }
+    /* the scan covers 384 units */
+    cr_assert_gt(ahead[0], 192, "policy: %llu units read ahead for the scan",
+                 (unsigned long long)ahead[0]);
+    fprintf(stderr, "read ahead for the scan: policy %llu units, fixed depth %llu\n",
+            (unsigned long long)ahead[0], (unsigned long long)ahead[1]);
+    cr_assert_gt(ahead[0], ahead[1] * 5 / 4, "policy %llu, fixed depth %llu units read ahead",
+                 (unsigned long long)ahead[0], (unsigned long long)ahead[1]);
+    fmem_close(p);
+}
+
 /* New chunks go to the paths in proportion to their links' bandwidth,
  * bounded for a slower link so that a random fetch is on average at most
  * 5 % slower than on the fastest links, that 5 % split between the
