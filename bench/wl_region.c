@@ -275,9 +275,13 @@ int fmem_bench_region(int argc, char **argv)
 
 #ifdef FMEM_REGIONBENCH_MAIN
 int fmem_bench_paths(int argc, char **argv); /* wl_paths.c: --nodes N */
+int fmem_bench_policy(int argc, char **argv); /* wl_policy.c: --workloads */
 
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--workloads"))
+            return fmem_bench_policy(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strncmp(argv[i], "--nodes", 7) || !strncmp(argv[i], "--node-bw", 9))
             return fmem_bench_paths(argc, argv);

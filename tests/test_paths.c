@@ -311,16 +311,28 @@ Test(paths_policy, follows_the_faults_unless_fixed, .timeout = 120)
         base[off] = 1;
     fmem_region_stats_t st;
     uint64_t s = 99;
+    fmem_region_stats_t st0;
+    cr_assert_eq(fmem_region_stats(r, &st0), 0);
     gather(base, size, 2000, &s);
     cr_assert_eq(fmem_region_stats(r, &st), 0);
-    cr_assert_eq(st.prefetch_units, 0, "random gather: read-ahead %u", st.prefetch_units);
+    /* the depth stays full, but random faults continue no stream: next to
+     * nothing is read ahead for them */
+    cr_assert_eq(st.prefetch_units, 64);
+    cr_assert_lt(st.prefetches - st0.prefetches, 100, "random gather: %llu units read ahead",
+                 (unsigned long long)(st.prefetches - st0.prefetches));
     cr_assert_lt(st.seq_pct, 12);
-    cr_assert_eq(st.io_width, 2, "no read-ahead: one transfer per path");
-    scan(base, size);
+    cr_assert_eq(st.io_width, 2, "no stream: one transfer per path");
+    st0 = st;
+    /* with read-ahead a scan faults once per window: three scans make
+     * sure the policy's last window of 128 faults is all scan */
+    for (int i = 0; i < 3; i++)
+        scan(base, size);
     cr_assert_eq(fmem_region_stats(r, &st), 0);
     cr_assert_eq(st.prefetch_units, 64, "scan: read-ahead %u (seq %u %%)", st.prefetch_units,
                  st.seq_pct);
-    cr_assert_geq(st.seq_pct, 50);
+    cr_assert_gt(st.prefetches - st0.prefetches, 3 * 3000, "scan: %llu units read ahead",
+                 (unsigned long long)(st.prefetches - st0.prefetches));
+    cr_assert_geq(st.seq_pct, 50, "scan: %u %% of faults continued a stream", st.seq_pct);
     cr_assert_eq(st.io_width, 4);
     cr_assert_eq(st.paths, 2);
     cr_assert_eq(st.stripe_width, 2, "equal links: stripe over both");
@@ -340,7 +352,8 @@ Test(paths_policy, follows_the_faults_unless_fixed, .timeout = 120)
     cr_assert_eq(fmem_region_tune(r, &t), 0);
     gather(base, size, 2000, &s);
     cr_assert_eq(fmem_region_stats(r, &st), 0);
-    cr_assert_eq(st.prefetch_units, 0);
+    cr_assert_eq(st.prefetch_units, 64);
+    cr_assert_eq(st.io_width, 2);
     cr_assert_eq(st.stripe_width, 2);
     fmem_region_destroy(r);
 
@@ -441,27 +454,111 @@ Test(paths_policy, settings_change_under_load, .timeout = 240)
     fmem_close(p);
 }
 
-/* A node behind a link far slower than the others is left out of the
- * stripe for new chunks; nodes behind equal links are all used. */
-Test(paths_policy, slow_link_left_out_of_the_stripe, .timeout = 60)
+/* A scan with random lookups between its faults (a column scan joined
+ * with a lookup table): the policy keeps following the scan's stream and
+ * reads ahead for it; the handler's single-stream detector (read-ahead
+ * depth fixed) loses the stream at lookup misses and reads ahead far
+ * less. The data read is checked throughout. */
+Test(paths_policy, stream_followed_through_random_lookups, .timeout = 120)
 {
     fmem_pool *p;
-    cr_assert_eq(fmem_open("mem:?size=16M&bw=4G;mem:?size=16M&bw=2G;mem:?size=16M&bw=64M", &p), 0);
-    fmem_region *r = make_on(p, 4 << 20, 1 << 20, 16 << 10);
+    cr_assert_eq(fmem_open("mem:?size=64M&nodes=2&bw=8G", &p), 0);
+    const size_t size = 8 << 20, fact = 6 << 20, unit = 16 << 10;
+    uint64_t ahead[2];
+    for (int fixed_depth = 0; fixed_depth < 2; fixed_depth++) {
+        fmem_region *r = make_on(p, size, 1 << 20, unit); /* 64 units cached */
+        char *base = fmem_region_base(r);
+        for (size_t off = 0; off < size; off += 4096)
+            *(uint64_t *)(base + off) = off / 4096 + 1;
+        cr_assert_eq(fmem_region_flush(r), 0);
+        if (fixed_depth) {
+            fmem_region_tuning t = {.set = FMEM_REGION_TUNE_PREFETCH, .prefetch = 16};
+            cr_assert_eq(fmem_region_tune(r, &t), 0);
+        }
+        /* push the data out of the cache */
+        for (int k = 0; k < 2; k++)
+            for (size_t off = fact; off < size; off += 4096)
+                (void)*(volatile uint64_t *)(base + off);
+        fmem_region_stats_t st0, st;
+        cr_assert_eq(fmem_region_stats(r, &st0), 0);
+        uint64_t s = 7;
+        for (size_t off = 0; off < fact; off += 4096) {
+            cr_assert_eq(*(volatile uint64_t *)(base + off), off / 4096 + 1);
+            if ((off / 4096) % 4 == 0) {
+                size_t k = fact + rnd(&s) % ((size - fact) / 4096) * 4096;
+                cr_assert_eq(*(volatile uint64_t *)(base + k), k / 4096 + 1);
+            }
+        }
+        cr_assert_eq(fmem_region_stats(r, &st), 0);
+        ahead[fixed_depth] = st.prefetches - st0.prefetches;
+        fmem_region_destroy(r);
+    }
+    /* the scan covers 384 units */
+    cr_assert_gt(ahead[0], 192, "policy: %llu units read ahead for the scan",
+                 (unsigned long long)ahead[0]);
+    fprintf(stderr, "read ahead for the scan: policy %llu units, fixed depth %llu\n",
+            (unsigned long long)ahead[0], (unsigned long long)ahead[1]);
+    cr_assert_gt(ahead[0], ahead[1] * 5 / 4, "policy %llu, fixed depth %llu units read ahead",
+                 (unsigned long long)ahead[0], (unsigned long long)ahead[1]);
+    fmem_close(p);
+}
+
+/* New chunks go to the paths in proportion to their links' bandwidth,
+ * bounded for a slower link so that a random fetch is on average at most
+ * 5 % slower than on the fastest links, that 5 % split between the
+ * slower links: beside a 64M link that gets none, a 3G one takes 7.5 %
+ * (6:6:1 with two 4G links). With an
+ * explicit stripe width the chunks are spread evenly over nodes
+ * 0..stripe-1 (the interleave group is a multiple of every width). */
+Test(paths_policy, chunks_placed_by_link_bandwidth, .timeout = 60)
+{
+    fmem_pool *p;
+    cr_assert_eq(fmem_open("mem:?size=32M&bw=4G;mem:?size=32M&bw=4G;mem:?size=32M&bw=3G;"
+                           "mem:?size=32M&bw=64M", &p), 0);
+    fmem_region *r = make_on(p, 8 << 20, 1 << 20, 16 << 10);
     char *base = fmem_region_base(r);
-    for (size_t off = 0; off < (4 << 20); off += 4096)
+    for (size_t off = 0; off < (8 << 20); off += 4096)
         base[off] = 1;
+    cr_assert_eq(fmem_region_flush(r), 0);
     fmem_region_stats_t st;
     cr_assert_eq(fmem_region_stats(r, &st), 0);
-    cr_assert_eq(st.paths, 3);
-    cr_assert_eq(st.stripe_width, 2);
-    fmem_region_path_t path[3];
-    cr_assert_eq(fmem_region_paths(r, path, 3), 3);
-    cr_assert_gt(path[0].chunks, 0);
-    cr_assert_gt(path[1].chunks, 0);
-    cr_assert_eq(path[2].chunks, 0, "the slow node got %llu chunks",
-                 (unsigned long long)path[2].chunks);
-    cr_assert_eq(path[2].placing, 0);
+    cr_assert_eq(st.paths, 4);
+    cr_assert_eq(st.stripe_width, 3, "three nodes take chunks");
+    fmem_region_path_t path[4];
+    cr_assert_eq(fmem_region_paths(r, path, 4), 4);
+    double total = (double)(path[0].chunks + path[1].chunks + path[2].chunks + path[3].chunks);
+    cr_assert_gt(total, 0);
+    for (int i = 0; i < 2; i++)
+        cr_assert(path[i].chunks / total > 0.42 && path[i].chunks / total < 0.50,
+                  "fast node %d holds %.2f of the chunks", i, path[i].chunks / total);
+    cr_assert(path[2].chunks / total > 0.05 && path[2].chunks / total < 0.11,
+              "the 3G node holds %.2f of the chunks", path[2].chunks / total);
+    cr_assert_eq(path[3].chunks, 0, "the slow node got %llu chunks",
+                 (unsigned long long)path[3].chunks);
+    cr_assert_eq(path[2].placing, 1);
+    cr_assert_eq(path[3].placing, 0);
     fmem_region_destroy(r);
+
+    /* an explicit stripe of 3 spreads evenly, the 64M node included at 4 */
+    for (unsigned stripe = 3; stripe <= 4; stripe++) {
+        r = make_on(p, 6 << 20, 1 << 20, 16 << 10);
+        fmem_region_tuning t = {.set = FMEM_REGION_TUNE_STRIPE, .stripe = stripe};
+        cr_assert_eq(fmem_region_tune(r, &t), 0);
+        base = fmem_region_base(r);
+        for (size_t off = 0; off < (6 << 20); off += 4096)
+            base[off] = 1;
+        cr_assert_eq(fmem_region_flush(r), 0);
+        cr_assert_eq(fmem_region_paths(r, path, 4), 4);
+        for (unsigned i = 0; i < 4; i++) {
+            cr_assert_eq(path[i].placing, i < stripe);
+            if (i >= stripe)
+                cr_assert_eq(path[i].chunks, 0);
+            else
+                cr_assert_eq(path[i].chunks, path[0].chunks, "stripe %u: node %u holds %llu, "
+                             "node 0 %llu", stripe, i, (unsigned long long)path[i].chunks,
+                             (unsigned long long)path[0].chunks);
+        }
+        fmem_region_destroy(r);
+    }
     fmem_close(p);
 }

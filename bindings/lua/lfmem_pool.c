@@ -1,6 +1,7 @@
 /* lfmem_pool.c - the pool object: pool:alloc(n), pool:region(size, opts),
  * pool:stats(), pool:close(). The fmem_pool itself closes when the pool
  * object and everything made from it are gone. */
+#include <string.h>
 #include <stdlib.h>
 
 #include "lfmem.h"
@@ -106,6 +107,52 @@ static int pool_stats(lua_State *L)
     return 1;
 }
 
+static void setnum(lua_State *L, const char *name, double v)
+{
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, name);
+}
+
+static void setstr(lua_State *L, const char *name, const char *v, size_t max)
+{
+    lua_pushlstring(L, v, strnlen(v, max));
+    lua_setfield(L, -2, name);
+}
+
+/* pool:node_stats(i): node i (0-based, as in fmem_node_stats) of an
+ * embedded pool: its backend and this process's I/O on it. */
+static int pool_node_stats(lua_State *L)
+{
+    lfmem_pool *p = lfmem_pool_check(L, 1, "node_stats");
+    lua_Integer node = luaL_checkinteger(L, 2);
+    if (node < 0 || node > (lua_Integer)UINT32_MAX)
+        lfmem_fail(L, "node_stats", FMEM_EINVAL);
+    fmem_node_stats_t st;
+    int rc = fmem_node_stats(p->pool, (unsigned)node, &st);
+    if (rc)
+        lfmem_fail(L, "node_stats", rc);
+    lua_createtable(L, 0, 18);
+    setstr(L, "kind", st.kind, sizeof st.kind);
+    setstr(L, "detail", st.detail, sizeof st.detail);
+    lfmem_setint(L, "capacity_bytes", st.capacity_bytes);
+    lfmem_setint(L, "held_bytes", st.held_bytes);
+    lfmem_setint(L, "stored_bytes", st.stored_bytes);
+    setnum(L, "compression_ratio", st.compression_ratio);
+    lfmem_setint(L, "reads", st.reads);
+    lfmem_setint(L, "writes", st.writes);
+    lfmem_setint(L, "bytes_read", st.bytes_read);
+    lfmem_setint(L, "bytes_written", st.bytes_written);
+    lfmem_setint(L, "read_ns", st.read_ns);
+    lfmem_setint(L, "write_ns", st.write_ns);
+    setnum(L, "read_mb_s", st.read_mb_s);
+    setnum(L, "write_mb_s", st.write_mb_s);
+    setnum(L, "read_lat_us", st.read_lat_us);
+    setnum(L, "write_lat_us", st.write_lat_us);
+    lfmem_setint(L, "errors", st.errors);
+    setstr(L, "last_error", st.last_error, sizeof st.last_error);
+    return 1;
+}
+
 /* close(), __close and __gc: no new allocations; the pool itself closes
  * once its buffers, regions and states are gone too. */
 static int pool_close(lua_State *L)
@@ -148,6 +195,7 @@ void lfmem_pool_open_class(lua_State *L)
         {"alloc", pool_alloc},
         {"region", pool_region},
         {"stats", pool_stats},
+        {"node_stats", pool_node_stats},
         {"close", pool_close},
         {"closed", pool_closed},
         {"__close", pool_close},

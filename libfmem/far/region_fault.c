@@ -321,16 +321,26 @@ static void readahead_note(struct fmem_region *r, uint32_t u, uint32_t span, int
         r->ra_next = u + span; /* the program caught up with the stream */
         return;
     }
-    if (u != r->seq_next) {
-        if (r->ra_next == NO_UNIT) { /* not a scan (yet) */
-            r->seq_run = 0;
-            r->seq_next = u + span;
-        }
+    /* the policy follows several streams: read ahead only for a fault
+     * that continues one (region_policy.c) */
+    int win = policy_stream_window(r);
+    if (win == 0) {
+        policy_stream_ahead(r, u + span);
         return;
     }
-    if (r->seq_run < 31)
-        r->seq_run++;
-    uint64_t w = (uint64_t)2 << r->seq_run;
+    uint64_t w = (uint64_t)win;
+    if (win < 0) {
+        if (u != r->seq_next) {
+            if (r->ra_next == NO_UNIT) { /* not a scan (yet) */
+                r->seq_run = 0;
+                r->seq_next = u + span;
+            }
+            return;
+        }
+        if (r->seq_run < 31)
+            r->seq_run++;
+        w = (uint64_t)2 << r->seq_run;
+    }
     if (w > r->prefetch)
         w = r->prefetch;
     uint64_t end = (uint64_t)u + span + w;
@@ -340,6 +350,7 @@ static void readahead_note(struct fmem_region *r, uint32_t u, uint32_t span, int
     r->ra_end = (uint32_t)end;
     r->ra_write = write;
     r->seq_next = r->ra_end;
+    policy_stream_ahead(r, r->ra_end);
     if (r->ra_next >= r->ra_end)
         r->ra_next = r->ra_end = NO_UNIT;
 }

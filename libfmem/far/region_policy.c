@@ -20,10 +20,13 @@
  *     there is read-ahead to keep the paths busy with, one per path
  *     otherwise (demand faults come one unit at a time; the width then
  *     serves eviction batches);
- *   - stripe width: the paths whose links carry at least a quarter of the
- *     fastest link's bandwidth (a slow path would hold up every step that
- *     has units on it); placement uses nodes 0..stripe-1, so the first
- *     slow node ends the stripe.
+ *   - placement over the paths (policy_place): new chunks go to every
+ *     path in proportion to its link's bandwidth, so a scan keeps all
+ *     links busy for the same time and their bandwidths add up, where an
+ *     even stripe is held up by its slowest path; a path slower than the
+ *     fastest gets at most the share that keeps the mean time of a single
+ *     demand fetch (a random gather) within PLACE_PENALTY of the fastest
+ *     paths' (see place_build);
  * The unit size is fixed at creation and not changed.
  * An explicit setting (cfg->prefetch, fmem_region_tune) always wins. */
 #include <stdatomic.h>
@@ -37,15 +40,35 @@
 
 #define POLICY_WINDOW 128
 #define RECENT 1024 /* units remembered for re-fault distances (hashed) */
+#define PLACE_MAX 256 /* chunks per interleave group, at most */
+#define PLACE_PENALTY 0.05 /* most a random fetch may slow down on average */
+
+/* A sequential stream the handler follows: its last demand fault and the
+ * first unit it has not brought in yet (the end of its read-ahead). */
+struct stream {
+    uint32_t last, next;
+    unsigned run;  /* demand faults that continued it in a row */
+    unsigned depth; /* most units it reads ahead at once */
+    uint64_t used; /* fault number when it last continued (or began) */
+};
+#define NSTREAMS 8
+#define STREAM_KEEP 1024 /* faults an established stream is kept while idle */
 
 struct region_policy {
     /* handler-private */
+    struct stream streams[NSTREAMS];
+    int cur;               /* stream of the last fault */
+    unsigned window;       /* units the last fault reads ahead (its stream's) */
+    uint64_t lost;         /* read-ahead found gone before use */
     uint64_t nfaults, win_start_ns;
     uint32_t last_u, win_n, win_seq, win_write, win_refault;
     uint64_t win_dist;
     uint32_t unit_of[RECENT];
     uint64_t stamp[RECENT]; /* fault number + 1; 0: empty */
     unsigned depth_max;     /* full read-ahead depth */
+    /* placement (set at creation, read by whoever allocates chunks) */
+    uint8_t place[PLACE_MAX]; /* chunk c of a group goes to place[c % ileave] */
+    unsigned share[REGION_MAX_PATHS]; /* entries of place[] per path */
     /* published */
     _Atomic uint64_t fault_rate, decisions;
     _Atomic uint32_t seq_pct, write_pct, refault_pct, refault_dist;
@@ -56,7 +79,8 @@ static unsigned fixed(const struct fmem_region *r, unsigned bit)
     return atomic_load_explicit(&r->tune.fixed, memory_order_relaxed) & bit;
 }
 
-static unsigned pick_stripe(const struct fmem_region *r);
+static void place_build(const struct fmem_region *r, struct region_policy *p);
+static unsigned placing_paths(const struct fmem_region *r, const struct region_policy *p);
 
 static unsigned default_io_width(const struct fmem_region *r)
 {
@@ -73,9 +97,10 @@ int policy_init(struct fmem_region *r, const fmem_region_config *cfg)
         return FMEM_ENOMEM;
     p->last_u = NO_UNIT;
     p->depth_max = r->cap / 4 ? r->cap / 4 : 1;
+    place_build(r, p);
     r->policy = p;
     atomic_store(&r->tune.prefetch, r->prefetch);
-    atomic_store(&r->tune.stripe, pick_stripe(r));
+    atomic_store(&r->tune.stripe, placing_paths(r, p));
     atomic_store(&r->tune.io_width, default_io_width(r));
     atomic_store(&r->tune.fixed, cfg->prefetch ? FMEM_REGION_TUNE_PREFETCH : 0u);
     return 0;
@@ -92,27 +117,152 @@ static uint32_t pct(uint32_t a, uint32_t b)
     return b ? (uint32_t)((uint64_t)a * 100 / b) : 0;
 }
 
-/* Paths fast enough to stripe over: those whose link carries at least a
- * quarter of the fastest link's bandwidth (an unlimited link is the
- * fastest). From the links' declared bandwidth, not from timing the
- * transfers: on a busy machine a transfer's time is mostly how late its
- * thread was woken, which would narrow the stripe at random. */
-static unsigned pick_stripe(const struct fmem_region *r)
+/* The link bandwidth of path i: the declared one (bw=), UINT64_MAX for a
+ * path without a limit. Declared rather than timed: on a busy machine a
+ * transfer's time is mostly how late its thread was woken. */
+static uint64_t path_bw(const struct fmem_region *r, unsigned i)
 {
-    const fmem_pool *pool = r->pool;
-    if (pool->nnodes < 2)
-        return r->npaths;
-    uint64_t bw[REGION_MAX_PATHS], best = 0;
-    for (unsigned i = 0; i < r->npaths; i++) {
-        bw[i] = pool->nodes[i]->tp->bw ? pool->nodes[i]->tp->bw : UINT64_MAX;
-        if (bw[i] > best)
-            best = bw[i];
+    uint64_t bw = r->pool->nodes[i]->tp->bw;
+    return bw ? bw : UINT64_MAX;
+}
+
+/* Shares of the paths in new chunks. A scan moves share_i of the data over
+ * path i in share_i / bw_i: proportional shares make every link take the
+ * same time, the most any placement can get from them. A single demand
+ * fetch (a random gather, one unit at a time) instead waits for its own
+ * path: a path k times slower than the fastest costs (k - 1) times its
+ * share in mean fetch time, so each of the nslow slower paths is held to
+ * PLACE_PENALTY / nslow / (k - 1); the fastest paths share the rest
+ * equally. The shares become small integer weights (w[], their sum
+ * returned); all equal when the links are. */
+static unsigned place_weights(const struct fmem_region *r, unsigned w[REGION_MAX_PATHS])
+{
+    unsigned n = r->npaths;
+    for (unsigned i = 0; i < REGION_MAX_PATHS; i++)
+        w[i] = i < n;
+    if (r->pool->nnodes < 2 || n < 2)
+        return n;
+    uint64_t best = 0;
+    long double sum = 0;
+    unsigned nslow = 0, nfast = 0;
+    for (unsigned i = 0; i < n; i++)
+        best = path_bw(r, i) > best ? path_bw(r, i) : best;
+    for (unsigned i = 0; i < n; i++) {
+        nslow += path_bw(r, i) < best;
+        nfast += path_bw(r, i) == best;
+        if (path_bw(r, i) != UINT64_MAX)
+            sum += (long double)path_bw(r, i);
     }
-    /* placement takes nodes 0..stripe-1: stop at the first slow one */
-    unsigned n = 0;
-    while (n < r->npaths && bw[n] >= best / 4)
-        n++;
-    return n ? n : 1;
+    if (nslow == 0)
+        return n;
+    double f[REGION_MAX_PATHS], slow_total = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t bw = path_bw(r, i);
+        f[i] = 0;
+        if (bw == best || best == UINT64_MAX) /* beside an unlimited path a limited one gets none */
+            continue;
+        double prop = (double)((long double)bw / sum), k = (double)best / (double)bw;
+        double cap = PLACE_PENALTY / nslow / (k - 1);
+        f[i] = prop < cap ? prop : cap;
+        slow_total += f[i];
+    }
+    double ffast = (1 - slow_total) / nfast;
+    /* the smallest weights (fastest path F = 1..8) within 3 % of the shares */
+    unsigned best_sum = 0;
+    double best_err = 2;
+    for (unsigned F = 1; F <= 8; F++) {
+        unsigned t[REGION_MAX_PATHS], tot = 0;
+        for (unsigned i = 0; i < n; i++) {
+            double fi = path_bw(r, i) == best ? ffast : f[i];
+            t[i] = (unsigned)(fi / ffast * F + 0.5);
+            tot += t[i];
+        }
+        double err = 0;
+        for (unsigned i = 0; i < n; i++) {
+            double fi = path_bw(r, i) == best ? ffast : f[i], d = (double)t[i] / tot - fi;
+            err += d < 0 ? -d : d;
+        }
+        if (err < best_err - 1e-9) {
+            best_err = err;
+            best_sum = tot;
+            memcpy(w, t, n * sizeof *t);
+        }
+        if (err < 0.03)
+            break;
+    }
+    return best_sum;
+}
+
+static unsigned lcm_upto(unsigned n)
+{
+    unsigned l = 1;
+    for (unsigned k = 2; k <= n; k++) {
+        unsigned a = l, b = k;
+        while (b) {
+            unsigned t = a % b;
+            a = b;
+            b = t;
+        }
+        l = l / a * k;
+    }
+    return l;
+}
+
+unsigned policy_ileave(const struct fmem_region *r)
+{
+    unsigned w[REGION_MAX_PATHS], sum = place_weights(r, w), n = r->npaths;
+    if (sum == n) /* equal links (or one path): one chunk per path */
+        return n;
+    /* a group holds the weights' cycle lcm(1..paths) times over, so that
+     * an explicit stripe of any width still spreads evenly */
+    unsigned l = lcm_upto(n);
+    if ((uint64_t)l * sum > PLACE_MAX)
+        l = n * sum <= PLACE_MAX ? n : 1;
+    return l * sum;
+}
+
+/* place[] for the chunks of a group: the weights' cycle repeated, each
+ * cycle spread by smooth weighted round robin so that consecutive chunks
+ * (which hold consecutive units) land on different paths. */
+static void place_build(const struct fmem_region *r, struct region_policy *p)
+{
+    unsigned w[REGION_MAX_PATHS], sum = place_weights(r, w), n = r->npaths;
+    memset(p->share, 0, sizeof p->share);
+    long cur[REGION_MAX_PATHS] = {0};
+    for (unsigned e = 0; e < r->ileave && e < PLACE_MAX; e++) {
+        unsigned pick = 0;
+        for (unsigned i = 0; i < n; i++) {
+            cur[i] += w[i];
+            if (cur[i] > cur[pick])
+                pick = i;
+        }
+        cur[pick] -= sum;
+        p->place[e] = (uint8_t)pick;
+        p->share[pick]++;
+    }
+}
+
+static unsigned placing_paths(const struct fmem_region *r, const struct region_policy *p)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < r->npaths; i++)
+        k += p->share[i] > 0;
+    return k;
+}
+
+unsigned policy_place(const struct fmem_region *r, uint32_t chunk)
+{
+    unsigned stripe = atomic_load_explicit(&r->tune.stripe, memory_order_relaxed);
+    if (fixed(r, FMEM_REGION_TUNE_STRIPE) || !r->policy)
+        return chunk % r->ileave % (stripe ? stripe : 1);
+    return r->policy->place[chunk % r->ileave % PLACE_MAX];
+}
+
+int policy_path_placing(const struct fmem_region *r, unsigned path)
+{
+    if (fixed(r, FMEM_REGION_TUNE_STRIPE) || !r->policy)
+        return path < atomic_load(&r->tune.stripe);
+    return path < REGION_MAX_PATHS && r->policy->share[path] > 0;
 }
 
 static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
@@ -127,20 +277,90 @@ static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
     atomic_store(&p->refault_dist, p->win_refault ? (uint32_t)(p->win_dist / p->win_refault) : 0);
     atomic_fetch_add(&p->decisions, 1);
 
-    unsigned depth = seq >= 50 ? p->depth_max : seq >= 12 ? p->depth_max / 8 : 0;
-    if (seq >= 12 && depth == 0)
-        depth = 1;
+    /* the depth stays full: only faults that continue a stream read
+     * ahead, so the depth costs random faults nothing */
     if (!fixed(r, FMEM_REGION_TUNE_PREFETCH))
-        atomic_store(&r->tune.prefetch, depth);
+        atomic_store(&r->tune.prefetch, p->depth_max);
     if (!fixed(r, FMEM_REGION_TUNE_IO_WIDTH)) {
-        unsigned w = atomic_load(&r->tune.prefetch) ? default_io_width(r) : r->npaths;
+        /* streams read ahead: keep the paths busy with them */
+        int ahead = fixed(r, FMEM_REGION_TUNE_PREFETCH) ? atomic_load(&r->tune.prefetch) > 0
+                                                        : p->win_seq * 32 >= n;
+        unsigned w = ahead ? default_io_width(r) : r->npaths;
         atomic_store(&r->tune.io_width, w);
     }
     if (!fixed(r, FMEM_REGION_TUNE_STRIPE))
-        atomic_store(&r->tune.stripe, pick_stripe(r));
+        atomic_store(&r->tune.stripe, placing_paths(r, p));
     p->win_n = p->win_seq = p->win_write = p->win_refault = 0;
     p->win_dist = 0;
     p->win_start_ns = now;
+}
+
+/* Which stream fault u continues. A fault at a stream's `next` (the end
+ * of what it brought in) continues it: its window doubles, up to the
+ * stream's own depth. A fault between its last fault and `next` means
+ * units it read ahead were gone before the program reached them (evicted
+ * unused, or dropped for another stream's window): the stream's depth
+ * halves, and it starts over from u without read-ahead. Returns 1 when u
+ * continued a stream. A fault that continues none starts a candidate
+ * stream in the slot least worth keeping: a candidate (run 0) before an
+ * established stream, and an established one only once it has been idle
+ * STREAM_KEEP faults, so random faults between a stream's faults do not
+ * push it out. */
+static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t u)
+{
+    uint64_t now = ++p->nfaults;
+    p->window = 0;
+    for (int i = 0; i < NSTREAMS; i++) {
+        struct stream *s = &p->streams[i];
+        if (!s->used || u <= s->last || u > s->next)
+            continue;
+        p->cur = i;
+        s->used = now;
+        s->last = u;
+        if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end)
+            return 1; /* it caught up with its window, still being mapped */
+        if (u == s->next) {
+            s->run += s->run < 31;
+            unsigned w = s->run >= 16 ? s->depth : 2u << s->run;
+            p->window = w < s->depth ? w : s->depth;
+            s->next = u + 1;
+            return 1;
+        }
+        s->depth = s->depth > 1 ? s->depth / 2 : 1;
+        s->run = 0;
+        s->next = u + 1;
+        p->lost++;
+        return 0;
+    }
+    int victim = 0;
+    uint64_t worst = UINT64_MAX;
+    for (int i = 0; i < NSTREAMS; i++) {
+        const struct stream *s = &p->streams[i];
+        uint64_t keep = s->used + (s->run ? STREAM_KEEP : 0);
+        if (keep < worst) {
+            worst = keep;
+            victim = i;
+        }
+    }
+    p->streams[victim] = (struct stream){.last = u, .next = u + 1, .run = 0, .used = now,
+                                         .depth = p->depth_max};
+    p->cur = victim;
+    return 0;
+}
+
+int policy_stream_window(struct fmem_region *r)
+{
+    struct region_policy *p = r->policy;
+    if (!p || fixed(r, FMEM_REGION_TUNE_PREFETCH))
+        return -1;
+    return (int)p->window;
+}
+
+void policy_stream_ahead(struct fmem_region *r, uint32_t end)
+{
+    struct region_policy *p = r->policy;
+    if (p && end > p->streams[p->cur].next)
+        p->streams[p->cur].next = end;
 }
 
 void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
@@ -150,17 +370,15 @@ void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
         return;
     if (p->win_n == 0 && p->win_start_ns == 0)
         p->win_start_ns = tp_now_ns();
-    uint64_t reach = (uint64_t)r->prefetch + 1;
-    if (p->last_u != NO_UNIT && u > p->last_u && u - p->last_u <= reach)
-        p->win_seq++;
+    p->win_seq += stream_note(r, p, u);
     p->win_write += !!write;
     unsigned h = (unsigned)((u * 2654435761u) >> 22) % RECENT;
     if (p->stamp[h] && p->unit_of[h] == u) {
         p->win_refault++;
-        p->win_dist += p->nfaults + 1 - p->stamp[h];
+        p->win_dist += p->nfaults - p->stamp[h];
     }
     p->unit_of[h] = u;
-    p->stamp[h] = ++p->nfaults;
+    p->stamp[h] = p->nfaults;
     p->last_u = u;
     if (++p->win_n >= POLICY_WINDOW)
         decide(r, p, tp_now_ns());

@@ -17,6 +17,13 @@ void policy_fini(struct fmem_region *r);
  * record it, and every POLICY_WINDOW faults choose the parameters again.
  * Also applies a read-ahead depth set with fmem_region_tune. */
 void policy_note_fault(struct fmem_region *r, uint32_t u, int write);
+/* Read-ahead per stream (handler, after policy_note_fault for the same
+ * fault): the units to read ahead after the fault (0: none: it continued
+ * no stream), or -1 when the read-ahead depth is fixed and the handler's
+ * single-stream detector decides. */
+int policy_stream_window(struct fmem_region *r);
+/* The handler brought the current stream in up to unit `end`. */
+void policy_stream_ahead(struct fmem_region *r, uint32_t end);
 /* What the policy measured over its last window (for the stats). */
 struct policy_figures {
     uint64_t fault_rate;   /* missing faults per second */
@@ -26,6 +33,15 @@ struct policy_figures {
     uint32_t refault_dist; /* mean faults between a unit's two faults */
     uint64_t decisions;    /* windows evaluated */
 };
+/* Chunks per interleave group (remote_init, before policy_init): one per
+ * path, or with links of unequal bandwidth the placement weights' cycle
+ * (see region_policy.c). */
+unsigned policy_ileave(const struct fmem_region *r);
+/* The node a new chunk `chunk` is allocated on: the policy's weighted
+ * placement, or with an explicit stripe width chunk % ileave % stripe. */
+unsigned policy_place(const struct fmem_region *r, uint32_t chunk);
+/* 1: new chunks go to path `path`. */
+int policy_path_placing(const struct fmem_region *r, unsigned path);
 void policy_figures(struct fmem_region *r, struct policy_figures *out);
 
 #endif

@@ -18,8 +18,10 @@
  * u % ileave of the group, and each chunk is allocated on its own node, so
  * consecutive units sit on different nodes and a read-ahead step or an
  * eviction batch, run `io_width` transfers at a time (region_io.c), uses
- * every node's path at once. The policy (region_policy.c) may narrow the
- * stripe: new chunks then go to fewer nodes; chunks already placed stay. */
+ * every node's path at once. The policy (region_policy.c) picks the node of
+ * each new chunk (in proportion to the links' bandwidth), an explicit
+ * stripe width spreads them evenly over nodes 0..stripe-1; chunks already
+ * placed stay. */
 #include <stdio.h>
 #include <string.h>
 
@@ -69,7 +71,7 @@ int remote_init(struct fmem_region *r, const fmem_region_config *cfg)
     fmem_pool *p = r->pool;
     unsigned nodes = p->nnodes; /* 0: a service pool, one path to us */
     r->npaths = nodes == 0 ? 1 : nodes > REGION_MAX_PATHS ? REGION_MAX_PATHS : nodes;
-    r->ileave = r->npaths;
+    r->ileave = policy_ileave(r);
     uint32_t group = r->ileave * r->units_per_chunk;
     r->nchunks = (r->nunits + group - 1) / group * r->ileave;
     /* an emulated link (bw=, rtt_ns=) is only paid through the transport:
@@ -97,8 +99,7 @@ int remote_ref(struct fmem_region *r, uint32_t u)
     uint32_t slot, ci = chunk_of(r, u, &slot);
     struct region_chunk *c = &r->chunks[ci];
     if (c->users == 0) {
-        unsigned stripe = atomic_load_explicit(&r->tune.stripe, memory_order_relaxed);
-        pool_alloc_hint = r->pool->nnodes > 1 ? (int)(ci % r->ileave % (stripe ? stripe : 1)) : -1;
+        pool_alloc_hint = r->pool->nnodes > 1 ? (int)policy_place(r, ci) : -1;
         int rc = fmem_alloc(r->pool, r->chunk, &c->h);
         pool_alloc_hint = -1;
         if (rc == 0)
@@ -237,13 +238,12 @@ int fmem_region_paths(fmem_region *r, fmem_region_path_t *out, unsigned max)
 {
     if (!r || (!out && max))
         return FMEM_EINVAL;
-    unsigned stripe = atomic_load(&r->tune.stripe);
     for (unsigned i = 0; i < r->npaths && i < max; i++) {
         const struct region_path *p = &r->paths[i];
         fmem_region_path_t *o = &out[i];
         memset(o, 0, sizeof *o);
         o->node = i;
-        o->placing = r->pool->nnodes > 1 ? i < stripe : 1;
+        o->placing = r->pool->nnodes > 1 ? policy_path_placing(r, i) : 1;
         o->bytes_fetched = atomic_load(&p->bytes_fetched);
         o->bytes_written = atomic_load(&p->bytes_written);
         o->ops = atomic_load(&p->ops);

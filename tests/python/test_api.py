@@ -20,7 +20,8 @@ def stub_names():
 
 
 def test_stub_covers_the_module():
-    helpers = {"_PoolStats", "_RegionStats", "_RegionPath", "_HeapStats", "_Handle", "__version__"}
+    helpers = {"_PoolStats", "_NodeStats", "_RegionStats", "_RegionPath", "_HeapStats", "_Handle",
+               "__version__"}
     assert stub_names() - helpers == set(fmem.__all__)
 
 

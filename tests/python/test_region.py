@@ -117,3 +117,31 @@ def test_stats_show_paths_and_parameters():
     m.release()
     r.close()
     striped.close()
+
+
+def test_node_stats_per_backend():
+    """Pool.node_stats(i) reports each node's backend and this process's
+    I/O on it: a region over a mem: and a zmem: node writes to both, and
+    the zmem: node shows the bytes it took and holds compressed."""
+    pool = fmem.Pool("mem:?size=16M;zmem:?size=16M")
+    r = make_region(4 * MiB, cache=MiB, pool=pool)
+    m = memoryview(r)
+    for off in range(0, r.size, 4096):
+        m[off:off + 8] = (off // 4096 + 1).to_bytes(8, "little")
+    r.flush()
+    mem, z = pool.node_stats(0), pool.node_stats(1)
+    assert mem["kind"] == "mem" and z["kind"] == "zmem"
+    assert mem["capacity_bytes"] == 16 * MiB
+    assert z["writes"] > 0 and z["bytes_written"] > 0 and z["held_bytes"] > 0
+    assert z["compression_ratio"] > 1.0, z
+    assert z["errors"] == 0 and z["last_error"] == ""
+    assert isinstance(z["read_mb_s"], float) and isinstance(z["detail"], str)
+    for off in range(0, r.size, 4096):
+        assert int.from_bytes(m[off:off + 8], "little") == off // 4096 + 1
+    with pytest.raises(fmem.Error):
+        pool.node_stats(2)
+    with pytest.raises((OverflowError, ValueError)):
+        pool.node_stats(-1)
+    m.release()
+    r.close()
+    pool.close()

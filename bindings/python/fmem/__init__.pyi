@@ -59,6 +59,26 @@ class _PoolStats(TypedDict):
     size_class_allocs: list[int]
     live_buffers: int
 
+class _NodeStats(TypedDict):
+    kind: str
+    detail: str
+    capacity_bytes: int
+    held_bytes: int
+    stored_bytes: int
+    compression_ratio: float
+    reads: int
+    writes: int
+    bytes_read: int
+    bytes_written: int
+    read_ns: int
+    write_ns: int
+    read_mb_s: float
+    write_mb_s: float
+    read_lat_us: float
+    write_lat_us: float
+    errors: int
+    last_error: str
+
 class _RegionPath(TypedDict):
     node: int
     placing: int
@@ -133,6 +153,7 @@ class Pool:
     def alloc(self, nbytes: int, /) -> Buffer: ...
     def close(self) -> None: ...
     def stats(self) -> _PoolStats: ...
+    def node_stats(self, node: int, /) -> _NodeStats: ...
     def owns(self, obj: int | _BufferLike, /) -> bool: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,

@@ -171,6 +171,77 @@ static PyObject *pool_stats(FpPool *self, PyObject *unused)
     return d;
 }
 
+PyDoc_STRVAR(node_stats_doc,
+"node_stats($self, node, /)\n--\n\n"
+"What memory node `node` (0 .. stats()['nodes'] - 1) of an embedded pool\n"
+"holds and how its data moved: kind ('mem', 'shm', 'file', 'ssd', 'zmem',\n"
+"...), detail, capacity_bytes, held_bytes, stored_bytes,\n"
+"compression_ratio, reads, writes, bytes_read, bytes_written, read_ns,\n"
+"write_ns, read_mb_s, write_mb_s, read_lat_us, write_lat_us, errors,\n"
+"last_error. The I/O figures are this process's, counted by the ssd: and\n"
+"zmem: backends. fmem.Error for a node out of range or a service pool.");
+
+static int set_u64(PyObject *d, const char *k, unsigned long long v)
+{
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    int rc = o ? PyDict_SetItemString(d, k, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+static int set_f(PyObject *d, const char *k, double v)
+{
+    PyObject *o = PyFloat_FromDouble(v);
+    int rc = o ? PyDict_SetItemString(d, k, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+static int set_s(PyObject *d, const char *k, const char *v, size_t max)
+{
+    PyObject *o = PyUnicode_DecodeUTF8(v, (Py_ssize_t)strnlen(v, max), "replace");
+    int rc = o ? PyDict_SetItemString(d, k, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+static PyObject *pool_node_stats(FpPool *self, PyObject *arg)
+{
+    unsigned long node = PyLong_AsUnsignedLong(arg);
+    if (node == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    if (node > UINT32_MAX)
+        return fp_raise(FMEM_EINVAL, "node_stats");
+    fmem_pool *c = fp_pool_enter(self);
+    if (!c)
+        return NULL;
+    fmem_node_stats_t st;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fmem_node_stats(c, (unsigned)node, &st);
+    Py_END_ALLOW_THREADS
+    fp_pool_leave(self);
+    if (rc)
+        return fp_raise(rc, "node_stats");
+    PyObject *d = PyDict_New();
+    if (!d || set_s(d, "kind", st.kind, sizeof st.kind) < 0 ||
+        set_s(d, "detail", st.detail, sizeof st.detail) < 0 ||
+        set_u64(d, "capacity_bytes", st.capacity_bytes) < 0 ||
+        set_u64(d, "held_bytes", st.held_bytes) < 0 ||
+        set_u64(d, "stored_bytes", st.stored_bytes) < 0 ||
+        set_f(d, "compression_ratio", st.compression_ratio) < 0 ||
+        set_u64(d, "reads", st.reads) < 0 || set_u64(d, "writes", st.writes) < 0 ||
+        set_u64(d, "bytes_read", st.bytes_read) < 0 ||
+        set_u64(d, "bytes_written", st.bytes_written) < 0 ||
+        set_u64(d, "read_ns", st.read_ns) < 0 || set_u64(d, "write_ns", st.write_ns) < 0 ||
+        set_f(d, "read_mb_s", st.read_mb_s) < 0 || set_f(d, "write_mb_s", st.write_mb_s) < 0 ||
+        set_f(d, "read_lat_us", st.read_lat_us) < 0 ||
+        set_f(d, "write_lat_us", st.write_lat_us) < 0 || set_u64(d, "errors", st.errors) < 0 ||
+        set_s(d, "last_error", st.last_error, sizeof st.last_error) < 0)
+        Py_CLEAR(d);
+    return d;
+}
+
 PyDoc_STRVAR(owns_doc,
 "owns($self, obj, /)\n--\n\n"
 "True when obj's memory is in this pool: obj is an address (int) or an\n"
@@ -231,6 +302,7 @@ static PyMethodDef pool_methods[] = {
     {"alloc", (PyCFunction)pool_alloc, METH_O, alloc_doc},
     {"close", (PyCFunction)pool_close, METH_NOARGS, close_doc},
     {"stats", (PyCFunction)pool_stats, METH_NOARGS, stats_doc},
+    {"node_stats", (PyCFunction)pool_node_stats, METH_O, node_stats_doc},
     {"owns", (PyCFunction)pool_owns, METH_O, owns_doc},
     {"__enter__", (PyCFunction)pool_enter, METH_NOARGS,
      "__enter__($self, /)\n--\n\nReturn the pool itself."},
