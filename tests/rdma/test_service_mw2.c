@@ -14,8 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pool_internal.h"
 #include "transport.h"
 #include "verbs/transport_verbs.h"
+#include "wkeys.h"
 
 static const char *svc(void)
 {
@@ -201,5 +203,134 @@ Test(service_mw2, killed_application_is_revoked_and_freed)
     close(fds[1]);
     close(go[0]);
     close(go[1]);
+    fmem_close(observer);
+}
+
+/* A service that dies between binding an application's window and
+ * revoking it (fmemd killed with blocks handed out): the memory node fences
+ * its session and destroys every window bound at its request before it
+ * recovers the blocks, so the application's key, live on its own queue
+ * pair until then, is refused from that very queue pair afterwards. The
+ * test plays both: the service (a pool over RDMA writing fmemd's heartbeat
+ * and session words, then falling silent) and the application (a queue
+ * pair of its own). */
+Test(service_mw2, fenced_services_keys_die_before_its_blocks_are_recovered)
+{
+    memory_node();
+    fmem_pool *observer, *svc_pool;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    cr_assert_eq(fmem_open(node, &svc_pool), 0);
+    struct node *n = svc_pool->nodes[0];
+    uint64_t session = verbs_transport_session(n->tp);
+    cr_assert_neq(session, 0);
+    /* one application queue pair per key: a refusal breaks its queue
+     * pair, and each key must be tried on the very one it is bound to */
+    struct transport *t[4];
+    fmem_handle h[4];
+    uint32_t key[4];
+    uint64_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        t[i] = other_qp();
+        uint32_t qp = verbs_transport_peer_qp(t[i]);
+        cr_assert_neq(qp, 0);
+        cr_assert_eq(fmem_alloc(svc_pool, 4096u << i, &h[i]), 0);
+        cr_assert_eq(verbs_transport_bind2(n->tp, n->tp->meta_size + h[i].addr, h[i].length, qp,
+                                           &key[i]),
+                     0);
+        struct tp_op op = {.kind = TP_READ, .off = t[i]->meta_size + h[i].addr, .buf = &v,
+                           .len = 8, .rkey = key[i]};
+        cr_assert_eq(tp_batch(t[i], &op, 1), 0, "the bound key must work from its queue pair");
+    }
+    uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE;
+    uint64_t where = n->tp->wkeys_off +
+                     wk_hb_pair(n->g.nchunks, (unsigned)fmem_user_id(svc_pool, 0));
+    for (uint32_t beat = 1; beat <= 3; beat++) {
+        uint64_t w[2] = {(uint64_t)mine << 32 | beat, session};
+        cr_assert_eq(tp_write(n->tp, where, w, sizeof w), 0);
+        usleep(300000);
+    }
+    /* silent from here: fenced, then recovered */
+    uint64_t now = before;
+    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "the silent service was not recovered");
+    for (int i = 0; i < 4; i++) {
+        struct tp_op op = {.kind = TP_READ, .off = t[i]->meta_size + h[i].addr, .buf = &v,
+                           .len = 8, .rkey = key[i]};
+        cr_assert_eq(tp_batch(t[i], &op, 1), FMEM_EACCES,
+                     "key %d of a recovered block still works from the application's QP", i);
+        tp_close(t[i]);
+    }
+    fmem_close(svc_pool);
+    fmem_close(observer);
+}
+
+/* Applications killed at random moments while they allocate, write and
+ * free through fmemd (FMEM_TEST_MW2_KILLS of them, 40 by default): fmemd
+ * must revoke every key of each and free its blocks, and at the end the
+ * pool holds what it held before and the verifier is clean. */
+Test(service_mw2, applications_killed_at_random, .timeout = 1800)
+{
+    memory_node();
+    const char *e = getenv("FMEM_TEST_MW2_KILLS");
+    int kills = e && atoi(e) > 0 ? atoi(e) : 40;
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    fmem_close(observer); /* no connection of ours in the children */
+    srand(1234);
+    int started = 0;
+    for (int k = 0; k < kills; k++) {
+        int ready[2];
+        cr_assert_eq(pipe(ready), 0);
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0) {
+            close(ready[0]);
+            fmem_pool *p;
+            if (fmem_open(svc(), &p))
+                _exit(1);
+            if (write(ready[1], "r", 1) != 1)
+                _exit(2);
+            fmem_handle h[16];
+            unsigned held = 0, seed = (unsigned)getpid();
+            for (;;) {
+                if (held < 16 && (held == 0 || rand_r(&seed) % 3)) {
+                    if (fmem_alloc(p, 4096u << (rand_r(&seed) % 5), &h[held]) == 0) {
+                        uint64_t v = held;
+                        fmem_write(p, &h[held], 0, &v, 8);
+                        held++;
+                    }
+                } else {
+                    unsigned i = rand_r(&seed) % held;
+                    if (fmem_free(p, &h[i]) != 0)
+                        _exit(3);
+                    h[i] = h[--held];
+                }
+            }
+        }
+        close(ready[1]);
+        char c;
+        started += read(ready[0], &c, 1) == 1;
+        close(ready[0]);
+        usleep((useconds_t)(rand() % 40000));
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        cr_assert(WIFSIGNALED(st), "application %d exited by itself (status %#x)", k, st);
+    }
+    cr_assert_eq(started, kills);
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t now = before;
+    for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "after %d kills %llu bytes are still held", kills,
+                 (unsigned long long)(now - before));
+    fmem_verify_report r;
+    cr_assert_eq(fmem_verify(observer, &r, NULL), 0);
+    cr_assert_eq(r.errors, 0, "verifier: %llu errors", (unsigned long long)r.errors);
+    printf("service_mw2: %d applications killed, pool back to %llu bytes, verifier clean\n", kills,
+           (unsigned long long)before);
     fmem_close(observer);
 }
