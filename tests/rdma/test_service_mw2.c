@@ -280,6 +280,10 @@ Test(service_mw2, applications_killed_at_random, .timeout = 1800)
     uint64_t before = pool_bytes(observer);
     fmem_close(observer); /* no connection of ours in the children */
     srand(1234);
+    /* every `wave` kills, wait until fmemd has reaped them all, so that
+     * its queue of departed applications (and its per-user limit of
+     * connections) stays short */
+    const int wave = 20;
     int started = 0;
     for (int k = 0; k < kills; k++) {
         int ready[2];
@@ -319,6 +323,15 @@ Test(service_mw2, applications_killed_at_random, .timeout = 1800)
         int st;
         waitpid(pid, &st, 0);
         cr_assert(WIFSIGNALED(st), "application %d exited by itself (status %#x)", k, st);
+        if ((k + 1) % wave == 0) {
+            cr_assert_eq(fmem_open(node, &observer), 0);
+            uint64_t now = before;
+            for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
+                usleep(100000);
+            fmem_close(observer);
+            cr_assert_eq(now, before, "after %d kills %llu bytes are still held", k + 1,
+                         (unsigned long long)(now - before));
+        }
     }
     cr_assert_eq(started, kills);
     cr_assert_eq(fmem_open(node, &observer), 0);
