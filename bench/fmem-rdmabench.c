@@ -43,6 +43,8 @@
 #include "fmem-rdmabench.h"
 #include "samples.h"
 #include "size_parse.h"
+#include "transport.h"
+#include "verbs/transport_verbs.h"
 
 #define MAX_THREADS 64
 #define MAX_SIZES 8
@@ -68,6 +70,34 @@ enum { WR_LAST = 1, WR_SEND, WR_RECV };
 struct cnt {
     uint64_t rtt, rd, wr, cas, cas_fail, send;
 };
+
+/* Where fmem's calls spend their time (the verbs transport's per-thread
+ * trace, transport.h): chains waited for, time from posting each to its
+ * completion, work requests posted (chained and posted alone). */
+struct prof {
+    uint64_t chains, wait_ns, wrs, ns;
+};
+
+struct trace {
+    struct tp_trace tp;
+    struct verbs_prof v;
+};
+
+static void trace_now(struct trace *t)
+{
+    t->tp = tp_trace;
+    verbs_transport_thread_prof(&t->v);
+}
+
+static void prof_add(struct prof *p, const struct trace *a, uint64_t ns)
+{
+    struct trace b;
+    trace_now(&b);
+    p->chains += b.tp.round_trips - a->tp.round_trips;
+    p->wait_ns += b.v.wait_ns - a->v.wait_ns;
+    p->wrs += b.v.wrs - a->v.wrs;
+    p->ns += ns;
+}
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -403,6 +433,7 @@ struct aslot {
     size_t na, nf;
     uint64_t fail_a, fail_f;
     struct cnt ca, cf; /* baselines: measured rounds only */
+    struct prof pa, pf; /* fmem: its transport's trace, measured rounds */
 };
 
 struct tctx {
@@ -499,6 +530,8 @@ static void one_round(struct tctx *t, int a, bool measured)
         rpc_call(sl->conn, RB_HOLD, 0, 0, NULL, &scratch);
     phase(r, a, PH_ALLOC_START, measured);
     for (unsigned i = 0; i < r->batch; i++) {
+        struct trace tr0;
+        trace_now(&tr0);
         uint64_t t0 = rb_now_ns();
         int rc;
         switch (a) {
@@ -508,6 +541,8 @@ static void one_round(struct tctx *t, int a, bool measured)
         }
         uint64_t dt = rb_now_ns() - t0;
         t->ok[i] = rc == 0;
+        if (measured && a == A_FMEM)
+            prof_add(&sl->pa, &tr0, dt);
         if (measured) {
             sl->lat_a[sl->na++] = dt;
             sl->fail_a += rc != 0;
@@ -517,6 +552,8 @@ static void one_round(struct tctx *t, int a, bool measured)
     for (unsigned i = 0; i < r->batch; i++) {
         if (!t->ok[i])
             continue;
+        struct trace tr0;
+        trace_now(&tr0);
         uint64_t t0 = rb_now_ns();
         int rc = 0;
         switch (a) {
@@ -525,6 +562,8 @@ static void one_round(struct tctx *t, int a, bool measured)
         default: rc = rpc_call(sl->conn, RB_FREE, t->chunk[i], order, NULL, kf); break;
         }
         uint64_t dt = rb_now_ns() - t0;
+        if (measured && a == A_FMEM)
+            prof_add(&sl->pf, &tr0, dt);
         if (measured) {
             sl->lat_f[sl->nf++] = dt;
             sl->fail_f += rc != 0;
@@ -553,6 +592,7 @@ struct result {
     uint64_t fail_a, fail_f;
     struct stat_ns a, f; /* ns */
     struct cnt ca, cf;
+    struct prof pa, pf;
     double wall_s; /* of its measured rounds */
 };
 
@@ -625,6 +665,10 @@ static size_t run_config(const bool *want, size_t size, unsigned threads, unsign
             res->fail_f += sl->fail_f;
             cnt_add(&res->ca, &sl->ca);
             cnt_add(&res->cf, &sl->cf);
+            res->pa.chains += sl->pa.chains, res->pa.wait_ns += sl->pa.wait_ns;
+            res->pa.wrs += sl->pa.wrs, res->pa.ns += sl->pa.ns;
+            res->pf.chains += sl->pf.chains, res->pf.wait_ns += sl->pf.wait_ns;
+            res->pf.wrs += sl->pf.wrs, res->pf.ns += sl->pf.ns;
             free(sl->lat_a);
             free(sl->lat_f);
         }
@@ -680,6 +724,34 @@ static void print_ops(const char *what, const struct cnt *k, size_t n, uint64_t 
         printf("  (%" PRIu64 " failed)", fail);
 }
 
+/* Where a call's time goes, means per call: waiting for chains (post to
+ * completion) and the rest (the library's own work, locks, the wait for a
+ * queue pair another thread holds). The free array's round trip (its
+ * median allocation over its round trips) for scale. */
+static void print_prof(const struct result *f, const struct result *fa)
+{
+    if (!f || !f->na || !f->pa.chains)
+        return;
+    double rt = fa && per(fa->ca.rtt, fa->na) > 0 ? fa->a.median / per(fa->ca.rtt, fa->na) : 0;
+    printf("fmem time per call (means; transport trace): chains waited, us per chain, work\n"
+           "  requests posted, us waiting, us elsewhere, us total%s\n",
+           rt > 0 ? "; total in free-array round trips" : "");
+    const struct prof *p[2] = {&f->pa, &f->pf};
+    size_t n[2] = {f->na, f->nf};
+    for (int j = 0; j < 2; j++) {
+        if (!n[j] || !p[j]->chains)
+            continue;
+        double total = (double)p[j]->ns / (double)n[j] / 1e3,
+               wait = (double)p[j]->wait_ns / (double)n[j] / 1e3;
+        printf("  %-5s %5.2f %7.1f %5.2f %8.1f %8.1f %8.1f", j ? "free" : "alloc",
+               per(p[j]->chains, n[j]), (double)p[j]->wait_ns / (double)p[j]->chains / 1e3,
+               per(p[j]->wrs, n[j]), wait, total - wait, total);
+        if (rt > 0)
+            printf("   %.2f", total * 1e3 / rt);
+        printf("\n");
+    }
+}
+
 static void print_ratio(const char *name, const struct result *f, const struct result *b)
 {
     if (!f || !b || !b->a.median || !b->f.median)
@@ -728,6 +800,7 @@ static void print_table(const struct result *res, size_t nres, const size_t *siz
                 print_ops("free", &r->cf, r->nf, r->fail_f);
                 printf("\n");
             }
+            print_prof(f, find(res, nres, A_FREEARRAY, sizes[si], threads[ti]));
         }
     }
 }

@@ -159,4 +159,16 @@ Test(ring, request_decoder)
     cr_assert_eq(ring_req_decode(&q, 64 << 20, 1, &r), FMEM_EINVAL);
     q = (struct ring_req){.op = RING_OP_END};
     cr_assert_eq(ring_req_decode(&q, 64 << 20, 1, &r), FMEM_EINVAL);
+    /* the application's queue pair for type-2B windows: 24-bit number,
+     * a node that exists */
+    q = (struct ring_req){.op = RING_SET_QP, .count = 0x11, .h = {.node = 1}};
+    cr_assert_eq(ring_req_decode(&q, 64 << 20, 2, &r), 0);
+    cr_assert_eq(r.count, 0x11);
+    cr_assert_eq(r.h.node, 1);
+    cr_assert_eq(ring_req_decode(&q, 64 << 20, 1, &r), FMEM_EINVAL, "node");
+    q.h.node = 0;
+    q.count = 0;
+    cr_assert_eq(ring_req_decode(&q, 64 << 20, 1, &r), FMEM_EINVAL, "no queue pair");
+    q.count = 1u << 24;
+    cr_assert_eq(ring_req_decode(&q, 64 << 20, 1, &r), FMEM_EINVAL, "25 bits");
 }

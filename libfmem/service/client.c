@@ -57,6 +57,8 @@ struct svc_client {
     unsigned nnodes, app_id;
     void *data[SVC_MAX_NODES];              /* shm nodes: the mapped data */
     struct transport *rdma[SVC_MAX_NODES];  /* RDMA nodes: our queue pairs */
+    _Atomic uint32_t told_qp[SVC_MAX_NODES]; /* type-2B nodes: the queue pair
+                                              * fmemd binds our blocks to */
     uint64_t data_bytes[SVC_MAX_NODES];
     /* shm nodes: fmemd's word in its memory node's session table, and the
      * session it holds while fmemd may serve us */
@@ -207,6 +209,34 @@ static int connect_rdma(struct svc_client *c, unsigned i, const char *addr, uint
 #endif
 }
 
+/* A node with type-2B windows (mw=type2) has fmemd bind our blocks'
+ * windows to the memory node's end of our queue pair: tell fmemd its
+ * number, and again after a reconnect replaced the queue pair (the keys
+ * bound to the old one are useless now). */
+static int tell_qp(struct svc_client *c, unsigned i)
+{
+#ifdef HAVE_RDMA
+    struct transport *t = c->rdma[i];
+    if (!t || verbs_transport_mw_type(t) != 2)
+        return 0;
+    uint32_t qp = verbs_transport_peer_qp(t);
+    if (!qp)
+        return FMEM_EIO;
+    if (qp == atomic_load(&c->told_qp[i]))
+        return 0;
+    struct ring_req req = {.op = RING_SET_QP, .count = qp, .h = {.node = (uint16_t)i},
+                           .cookie = atomic_fetch_add(&c->seq, 1)};
+    struct ring_rsp rsp;
+    int rc = call(c, &req, &rsp);
+    if (rc == 0)
+        atomic_store(&c->told_qp[i], qp);
+    return rc;
+#else
+    (void)c, (void)i;
+    return 0;
+#endif
+}
+
 /* The session table of shm node i (fds from fmemd): fmemd's word in it. */
 static int map_session(struct svc_client *c, unsigned i, int fd, unsigned uid, uint64_t session)
 {
@@ -259,7 +289,10 @@ static int handshake(struct svc_client *c)
     for (unsigned i = 0, f = 1; rc == 0 && i < m.u.welcome.nnodes; i++) {
         uint64_t sz = m.u.welcome.data_bytes[i];
         if (m.u.welcome.rdma_addr[i][0]) {
+            atomic_store(&c->told_qp[i], 0);
             rc = connect_rdma(c, i, m.u.welcome.rdma_addr[i], sz);
+            if (rc == 0)
+                rc = tell_qp(c, i);
         } else {
             rc = map_data(c, i, fds[f], sz);
             if (rc == 0)
@@ -427,7 +460,11 @@ static int cl_alloc(fmem_pool *p, size_t size, fmem_handle *out)
     } else {
         struct ring_req req = {.op = RING_ALLOC, .size = size,
                                .cookie = atomic_fetch_add(&c->seq, 1)};
-        rc = call(c, &req, &rsp);
+        rc = 0;
+        for (unsigned i = 0; rc == 0 && i < c->nnodes; i++)
+            rc = tell_qp(c, i);
+        if (rc == 0)
+            rc = call(c, &req, &rsp);
         h = &rsp.h;
     }
     if (rc == 0 && (h->node >= c->nnodes || h->length < size || h->length < FMEM_CHUNK_SIZE ||

@@ -37,6 +37,9 @@ struct app {
     uint64_t max_retries; /* most CAS failures of one allocation for it */
     unsigned bad_socket_msgs; /* control thread only */
     struct app *next_dead;    /* the reaper's queue */
+    /* per node with type-2B windows: the memory node's end of the
+     * application's queue pair (RING_SET_QP), 0 not told yet */
+    uint32_t app_qp[SVC_MAX_NODES];
 };
 
 struct worker {
@@ -54,6 +57,8 @@ struct worker {
 struct dnode {
     const char *path;   /* memory node socket, or rdma://HOST:PORT?token=FILE */
     bool rdma;          /* reached over RDMA: no socket, no data file */
+    bool mw2;           /* its memory node runs mw=type2: applications get
+                         * type-2B windows bound to their queue pairs */
     char rdma_addr[MSG_RDMA_ADDR_MAX]; /* HOST:PORT, for applications */
     int fd;             /* -1 while disconnected (always, over RDMA) */
     unsigned uid;
@@ -126,6 +131,15 @@ int app_alloc(struct fmemd *d, struct app *a, unsigned k, bool reclaim, fmem_han
 int app_free(struct fmemd *d, struct app *a, const fmem_handle *h);
 /* Run one decoded request for application a (a->mu held). */
 void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, struct ring_rsp *rsp);
+
+/* daemon_mw2.c: type-2B windows for applications of a node with mw2 */
+/* Bind a window over the block at `chunk` (2^k chunks) of node `node` to
+ * the application's queue pair there: its key in *key. */
+int app_bind2(struct fmemd *d, struct app *a, unsigned node, uint64_t chunk, unsigned k,
+              uint32_t *key);
+/* Invalidate the window of e (bound2) before its block is freed: the key
+ * is dead when this returns 0. */
+int app_revoke2(struct fmemd *d, unsigned node, struct own_entry *e);
 
 /* daemon_conns.c: the control thread's clients */
 int conns_start(struct fmemd *d);

@@ -45,6 +45,7 @@ static int open_rdma_node(struct fmemd *d, unsigned i)
     nd->index = i;
     nd->remote_regen = true;
     dn->rdma = true;
+    dn->mw2 = verbs_transport_mw_type(tp) == 2; /* the memory node's mode */
     strcat(strcat(strcpy(dn->rdma_addr, u.path), ":"), u.port);
     dn->tp = tp;
     dn->n = nd;

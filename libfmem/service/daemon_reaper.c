@@ -18,7 +18,11 @@ uint64_t app_release_all(struct fmemd *d, struct app *a)
         unsigned node = own_node(e->key);
         uint64_t chunk = own_chunk(e->key);
         if (node < d->nnodes && d->nodes[node].n) {
-            int rc = node_free(d->nodes[node].n, chunk, e->log2_chunks, e->rkey);
+            /* its queue pair is gone, but the window goes back for reuse
+             * and the key dies for certain before the block is freed */
+            int rc = e->bound2 ? app_revoke2(d, node, e) : 0;
+            if (rc == 0)
+                rc = node_free(d->nodes[node].n, chunk, e->log2_chunks, e->rkey);
             if (rc == 0)
                 freed++;
             else

@@ -39,13 +39,28 @@ static int alloc_once(struct fmemd *d, struct app *a, unsigned k, fmem_handle *o
             continue;
         if (rc)
             return rc;
+        uint32_t key = rkey; /* what the application is given */
+        if (dn->mw2) {
+            rc = app_bind2(d, a, dn->n->index, chunk, k, &key);
+            if (rc) { /* nobody saw a key of it */
+                node_free(dn->n, chunk, k, rkey);
+                return rc;
+            }
+        }
         if (!own_put(&a->own, own_key(dn->n->index, chunk), rkey, k)) {
-            node_free(dn->n, chunk, k, rkey);
+            struct own_entry tmp = {.app_rkey = key, .bound2 = dn->mw2};
+            if (!dn->mw2 || app_revoke2(d, dn->n->index, &tmp) == 0)
+                node_free(dn->n, chunk, k, rkey);
             return FMEM_ENOMEM;
+        }
+        if (dn->mw2) {
+            struct own_entry *e = own_get(&a->own, own_key(dn->n->index, chunk));
+            e->app_rkey = key;
+            e->bound2 = true;
         }
         out->addr = chunk << CHUNK_SHIFT;
         out->length = bytes;
-        out->rkey = rkey;
+        out->rkey = key;
         out->node = (uint16_t)dn->n->index;
         out->flags = 0;
         a->bytes += bytes;
@@ -84,9 +99,14 @@ int app_free(struct fmemd *d, struct app *a, const fmem_handle *h)
      * is read or written */
     if (!e || e->log2_chunks != k)
         return FMEM_EBADHANDLE;
-    if (e->rkey != h->rkey)
+    if (e->app_rkey != h->rkey)
         return FMEM_EACCES;
-    int rc = node_free(dn->n, chunk, k, h->rkey);
+    /* a type-2B key dies first (invalidated): the block is freed only
+     * once nobody's key reaches it but the pool's own */
+    int rc = e->bound2 ? app_revoke2(d, h->node, e) : 0;
+    if (rc)
+        return rc; /* still held: the reaper tries again */
+    rc = node_free(dn->n, chunk, k, e->rkey);
     if (rc == 0 || rc == FMEM_EDOUBLEFREE || rc == FMEM_EACCES) {
         /* gone from the pool either way: forget it */
         own_del(&a->own, e);
@@ -112,7 +132,7 @@ static int free_verdict(struct fmemd *d, struct app *a, const fmem_handle *h)
     struct own_entry *e = own_get(&a->own, own_key(h->node, chunk));
     if (e) /* ours, while the application lets go of it or takes it again */
         return e->log2_chunks != k ? FMEM_EBADHANDLE
-               : e->rkey != h->rkey ? FMEM_EACCES
+               : e->app_rkey != h->rkey ? FMEM_EACCES
                                     : FMEM_EDOUBLEFREE;
     int rc = node_free_verdict(dn->n, chunk, k, h->rkey);
     /* a live block of another application is not this one's to name */
@@ -140,6 +160,15 @@ void handle_request(struct fmemd *d, struct app *a, const struct ring_req *req, 
             break;
         case RING_FREE_CHECK:
             rsp->rc = free_verdict(d, a, &r.h);
+            break;
+        case RING_SET_QP:
+            /* which of its queue pairs it is does not matter: the memory
+             * node binds only to application connections, and a key bound
+             * to another application's queue pair helps nobody but it */
+            if (!d->nodes[r.h.node].mw2)
+                rsp->rc = FMEM_ENOTSUP;
+            else
+                a->app_qp[r.h.node] = r.count;
             break;
         case RING_REFILL:
             rsp->rc = cache_refill(d, a, r.log2_chunks, r.count, &rsp->count);

@@ -181,6 +181,13 @@ int ring_req_decode(const struct ring_req *req, uint64_t max_bytes, unsigned nno
         out->h = *h;
         return 0;
     }
+    case RING_SET_QP:
+        out->op = RING_SET_QP;
+        if (req->h.node >= nnodes || req->count == 0 || req->count >= (1u << 24))
+            return FMEM_EINVAL; /* queue pair numbers are 24 bits */
+        out->h.node = req->h.node;
+        out->count = req->count;
+        return 0;
     case RING_REFILL:
     case RING_TRIM: {
         out->op = (enum ring_op)req->op;

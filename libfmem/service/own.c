@@ -35,7 +35,8 @@ bool own_put(struct own_table *t, uint64_t key, uint32_t rkey, unsigned log2_chu
 {
     struct own_entry *old = own_get(t, key);
     if (old) {
-        old->rkey = rkey;
+        old->rkey = old->app_rkey = rkey;
+        old->bound2 = false;
         old->log2_chunks = (uint8_t)log2_chunks;
         return true;
     }
@@ -48,7 +49,8 @@ bool own_put(struct own_table *t, uint64_t key, uint32_t rkey, unsigned log2_chu
         t->tomb--;
     if (t->e[j].key != key)
         t->used++;
-    t->e[j] = (struct own_entry){.key = key, .rkey = rkey, .log2_chunks = (uint8_t)log2_chunks};
+    t->e[j] = (struct own_entry){.key = key, .rkey = rkey, .app_rkey = rkey,
+                                 .log2_chunks = (uint8_t)log2_chunks};
     return true;
 }
 

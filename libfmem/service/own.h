@@ -9,8 +9,12 @@
 
 struct own_entry {
     uint64_t key; /* 0 empty, 1 deleted, else own_key() */
-    uint32_t rkey;
+    uint32_t rkey;        /* the block's key in the pool's key table */
+    uint32_t app_rkey;    /* the key its holder was given: rkey, or over
+                           * type-2B windows that of a window bound to the
+                           * holder's queue pair (fmemd, daemon_worker.c) */
     uint8_t log2_chunks;
+    bool bound2;          /* app_rkey is a type-2B window to invalidate */
 };
 
 struct own_table {

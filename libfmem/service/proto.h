@@ -179,6 +179,9 @@ enum ring_op {
     RING_FREE_CHECK, /* a handle the application does not hold: what would
                       * freeing it answer (EDOUBLEFREE, EACCES, EBADHANDLE)?
                       * reads only */
+    RING_SET_QP, /* node h.node is served with type-2B windows: bind this
+                  * application's blocks there to the memory node's end of
+                  * its queue pair, number `count` */
     RING_OP_END
 };
 
@@ -255,7 +258,7 @@ struct ring_hdr {
 struct svc_req {
     enum ring_op op;
     unsigned log2_chunks; /* ALLOC, REFILL, TRIM */
-    unsigned count;       /* REFILL, TRIM */
+    unsigned count;       /* REFILL, TRIM; SET_QP: queue pair number */
     fmem_handle h;        /* FREE */
     uint64_t cookie;
 };

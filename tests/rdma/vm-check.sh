@@ -46,6 +46,17 @@ until grep -q "rdma: serving" /tmp/fmem-mnode-mw2.log 2>/dev/null || [ $i -gt 60
 done
 FMEM_TEST_RDMA_MW2="192.168.77.1 7472 /tmp/fmem-rdma-mw2.token" "$B/tests/rdma/test_mw2" ||
     rc=$((rc | 32))
+# an fmemd on it: its applications get keys bound to their own queue pairs
+sock2=/tmp/fmemd-rdma-mw2.sock
+"$B/tools/fmemd" --mnode "rdma://192.168.77.1:7472?token=/tmp/fmem-rdma-mw2.token" \
+    --socket $sock2 >/tmp/fmemd-mw2.log 2>&1 &
+fmemd2=$!
+i=0
+until [ -S $sock2 ] || [ $i -gt 300 ]; do i=$((i + 1)); sleep 0.1; done
+FMEM_TEST_SVC=unix:$sock2 FMEM_TEST_RDMA="192.168.77.1 7472 /tmp/fmem-rdma-mw2.token" \
+    "$B/tests/rdma/test_service_mw2" -j1 || rc=$((rc | 32))
+kill $fmemd2; wait $fmemd2
+cat /tmp/fmemd-mw2.log
 kill $server2; wait $server2
 cat /tmp/fmem-mnode-mw2.log
 # which queue pair a window key works from, type 1 and type 2B (asserted)

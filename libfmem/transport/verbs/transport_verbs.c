@@ -73,6 +73,13 @@ struct verbs_transport {
 
 static _Atomic unsigned conn_rr;
 static _Thread_local int tl_conn = -1;
+/* this thread's work requests and time waited (verbs_transport_thread_prof) */
+static _Thread_local struct verbs_prof tl_prof;
+
+void verbs_transport_thread_prof(struct verbs_prof *out)
+{
+    *out = tl_prof;
+}
 
 /* Wait for the next event of connection `id`. Others of the channel are
  * passed over: the disconnects of this transport's other queue pairs (a
@@ -261,6 +268,9 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
         off += len;
     }
     wr[n - 1].send_flags = IBV_SEND_SIGNALED; /* selective signaling */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tl_prof.wrs += n;
     if (ibv_post_send(c->id->qp, wr, &bad)) {
         c->broken = true;
         return FMEM_EIO;
@@ -295,6 +305,9 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
         if (wc.wr_id == n - 1)
             break;
     }
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    tl_prof.wait_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000 + t1.tv_nsec - t0.tv_nsec);
     c->posted = 0; /* completions come in order: the posts before are done */
     for (size_t i = 0; i < n; i++) {
         if (ops[i].kind == TP_READ)
@@ -413,6 +426,7 @@ static int verbs_post(struct transport *t, struct tp_op *op)
         wr.wr.atomic.rkey = rkey;
         wr.wr.atomic.compare_add = op->expect;
         wr.wr.atomic.swap = op->desired;
+        tl_prof.wrs++;
         if (ibv_post_send(c->id->qp, &wr, &bad)) {
             c->broken = true;
             rc = FMEM_EIO;
@@ -504,6 +518,11 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
         rc = FMEM_EIO;
     struct verbs_welcome w = {0};
     for (unsigned i = 0; rc == 0 && i < NCONN; i++) {
+        /* an application of a node with type-2B windows uses one queue
+         * pair: its keys are bound to that queue pair and work from no
+         * other (a reconnect after a failure gives it a new one) */
+        if (i == 1 && p->role == VERBS_ROLE_APP && v->w.mw_type == 2)
+            break;
         rc = conn_open(v, &v->conn[i], i ? &w : &v->w);
         if (rc == 0 && i && (w.meta_rkey != v->w.meta_rkey || w.base != v->w.base ||
                              w.size != v->w.size))

@@ -33,6 +33,13 @@ uint64_t verbs_transport_session(const struct transport *t);
 /* Has the memory node refused to reconnect us because it fenced our
  * session? Every later operation fails. */
 bool verbs_transport_fenced(struct transport *t);
+/* The calling thread's work requests posted on verbs transports (chained
+ * and posted alone) and its time from posting each chain to its
+ * completion, since it started: for profiles (bench/fmem-rdmabench). */
+struct verbs_prof {
+    uint64_t wrs, wait_ns;
+};
+void verbs_transport_thread_prof(struct verbs_prof *out);
 int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES]);
 
 /* Type-2B windows (a memory node started with mw=type2; FMEM_ENOTSUP on

@@ -27,7 +27,7 @@ static const struct fmem_verbs_plugin *try_load(const char *path)
     if (!h)
         return NULL;
     const struct fmem_verbs_plugin *p = dlsym(h, FMEM_VERBS_PLUGIN_SYMBOL);
-    if (p && p->connect && p->params_size == sizeof(struct verbs_connect_params) &&
+    if (p && p->connect && p->mw_type && p->peer_qp && p->params_size == sizeof(struct verbs_connect_params) &&
         p->version && !strcmp(p->version, PACKAGE_VERSION))
         return p; /* stays loaded: its transports live as long as the process */
     dlclose(h);
@@ -67,4 +67,15 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
         return FMEM_ENOTSUP; /* as without rdma-core */
     }
     return plugin->connect(p, out);
+}
+
+/* Only transports the plugin made reach these: it is loaded. */
+unsigned verbs_transport_mw_type(const struct transport *t)
+{
+    return plugin->mw_type(t);
+}
+
+uint32_t verbs_transport_peer_qp(struct transport *t)
+{
+    return plugin->peer_qp(t);
 }

@@ -45,6 +45,7 @@ enum { WR_RECV = 1, WR_BIND = 2, WR_ANSWER = 3 };
 struct svc_slot {
     struct ibv_qp *qp; /* NULL: free */
     uint32_t qpn;
+    uint64_t session; /* the service's (verbs_server fences by session) */
     char recv[SVC_RECVS][MSG_BYTES];
     struct verbs_mw2_rep answer; /* one request at a time per queue pair */
 };
@@ -54,7 +55,17 @@ struct pending {
     uint32_t rkey;
     unsigned slot; /* who asked */
     uint32_t qpn;  /* on which queue pair the asker was */
+    uint64_t session; /* of the asker */
 };
+
+/* A bound window and the session of the service that had it bound: when
+ * that service is fenced, its windows are destroyed (mw2_fence). */
+struct bound {
+    struct ibv_mw *mw; /* NULL: empty */
+    uint64_t session;
+};
+
+#define MAX_FENCED 64
 
 struct mw2 {
     struct ibv_pd *pd;
@@ -70,8 +81,10 @@ struct mw2 {
     struct pending pend[MAX_PENDING];
     struct ibv_mw **spare; /* invalidated windows, for the next binds */
     size_t nspare, cspare;
-    struct ibv_mw **bound; /* open-addressed by key index (rkey >> 8) */
+    struct bound *bound; /* open-addressed by key index (rkey >> 8) */
     size_t cbound, nbound;
+    uint64_t fenced[MAX_FENCED]; /* sessions fenced: binds still in flight die */
+    unsigned nfenced;
     pthread_t thr;
     atomic_int stop;
     _Atomic uint64_t binds, revokes, refused;
@@ -84,11 +97,11 @@ static size_t slot_of(const struct mw2 *m, uint32_t rkey)
     return ((rkey >> 8) * 2654435761u) & (m->cbound - 1);
 }
 
-static bool bound_put(struct mw2 *m, struct ibv_mw *mw)
+static bool bound_put(struct mw2 *m, struct ibv_mw *mw, uint64_t session)
 {
     if (2 * (m->nbound + 1) > m->cbound) {
         size_t cap = m->cbound ? 2 * m->cbound : 1024;
-        struct ibv_mw **old = m->bound, **nb = calloc(cap, sizeof *nb);
+        struct bound *old = m->bound, *nb = calloc(cap, sizeof *nb);
         if (!nb)
             return false;
         size_t ocap = m->cbound;
@@ -96,16 +109,30 @@ static bool bound_put(struct mw2 *m, struct ibv_mw *mw)
         m->cbound = cap;
         m->nbound = 0;
         for (size_t i = 0; i < ocap; i++)
-            if (old[i])
-                bound_put(m, old[i]);
+            if (old[i].mw)
+                bound_put(m, old[i].mw, old[i].session);
         free(old);
     }
     size_t i = slot_of(m, mw->rkey);
-    while (m->bound[i])
+    while (m->bound[i].mw)
         i = (i + 1) & (m->cbound - 1);
-    m->bound[i] = mw;
+    m->bound[i] = (struct bound){.mw = mw, .session = session};
     m->nbound++;
     return true;
+}
+
+/* Remove the entry at i and shift the rest of its run back, so that
+ * lookups do not stop at the hole. */
+static void bound_del(struct mw2 *m, size_t i)
+{
+    m->bound[i].mw = NULL;
+    m->nbound--;
+    for (size_t j = (i + 1) & (m->cbound - 1); m->bound[j].mw; j = (j + 1) & (m->cbound - 1)) {
+        struct bound x = m->bound[j];
+        m->bound[j].mw = NULL;
+        m->nbound--;
+        bound_put(m, x.mw, x.session);
+    }
 }
 
 /* Remove and return the window whose key is rkey (NULL if none). */
@@ -114,20 +141,11 @@ static struct ibv_mw *bound_take(struct mw2 *m, uint32_t rkey)
     if (!m->cbound)
         return NULL;
     size_t i = slot_of(m, rkey);
-    while (m->bound[i] && m->bound[i]->rkey != rkey)
+    while (m->bound[i].mw && m->bound[i].mw->rkey != rkey)
         i = (i + 1) & (m->cbound - 1);
-    struct ibv_mw *mw = m->bound[i];
-    if (!mw)
-        return NULL;
-    m->bound[i] = NULL;
-    m->nbound--;
-    /* shift the rest of the run back so lookups do not stop at the hole */
-    for (size_t j = (i + 1) & (m->cbound - 1); m->bound[j]; j = (j + 1) & (m->cbound - 1)) {
-        struct ibv_mw *x = m->bound[j];
-        m->bound[j] = NULL;
-        m->nbound--;
-        bound_put(m, x);
-    }
+    struct ibv_mw *mw = m->bound[i].mw;
+    if (mw)
+        bound_del(m, i);
     return mw;
 }
 
@@ -204,7 +222,8 @@ static void bind_request(struct mw2 *m, unsigned slot, const struct verbs_mw2_re
         answer(m, slot, asker, FMEM_EIO, 0);
         return;
     }
-    m->pend[p] = (struct pending){.mw = mw, .rkey = rkey, .slot = slot, .qpn = asker};
+    m->pend[p] = (struct pending){.mw = mw, .rkey = rkey, .slot = slot, .qpn = asker,
+                                  .session = m->svc[slot].session};
 }
 
 static void bind_done(struct mw2 *m, unsigned p, enum ibv_wc_status st)
@@ -222,7 +241,15 @@ static void bind_done(struct mw2 *m, unsigned p, enum ibv_wc_status st)
     /* ibv_post_send leaves mw->rkey alone; the next bind or lookup names the
      * window by its current key */
     mw->rkey = b->rkey;
-    if (!bound_put(m, mw)) {
+    bool fenced = false;
+    for (unsigned i = 0; i < m->nfenced && i < MAX_FENCED; i++)
+        fenced |= b->session && m->fenced[i] == b->session;
+    if (fenced) { /* its service was fenced meanwhile: the key dies unused */
+        ibv_dealloc_mw(mw);
+        answer(m, b->slot, b->qpn, FMEM_EIO, 0);
+        return;
+    }
+    if (!bound_put(m, mw, b->session)) {
         answer(m, b->slot, b->qpn, FMEM_ENOMEM, 0); /* the key stays live: unknown */
         return;
     }
@@ -315,7 +342,7 @@ static void *mw2_main(void *arg)
 
 /* ---- connections ------------------------------------------------------------ */
 
-bool mw2_add(struct mw2 *m, struct ibv_qp *qp, bool service)
+bool mw2_add(struct mw2 *m, struct ibv_qp *qp, bool service, uint64_t session)
 {
     bool ok = false;
     pthread_mutex_lock(&m->mu);
@@ -325,6 +352,7 @@ bool mw2_add(struct mw2 *m, struct ibv_qp *qp, bool service)
                 continue;
             m->svc[i].qp = qp;
             m->svc[i].qpn = qp->qp_num;
+            m->svc[i].session = session;
             ok = true;
             for (unsigned r = 0; r < SVC_RECVS && ok; r++)
                 ok = post_recv(m, i, r) == 0;
@@ -360,6 +388,30 @@ void mw2_forget(struct mw2 *m, struct ibv_qp *qp)
             break;
         }
     pthread_mutex_unlock(&m->mu);
+}
+
+unsigned mw2_fence(struct mw2 *m, uint64_t session)
+{
+    unsigned n = 0;
+    if (!m || !session)
+        return 0;
+    pthread_mutex_lock(&m->mu);
+    m->fenced[m->nfenced++ % MAX_FENCED] = session;
+    for (size_t i = 0; i < m->cbound;) {
+        if (m->bound[i].mw && m->bound[i].session == session) {
+            /* destroying a bound window invalidates it: the NIC refuses
+             * its key from here on */
+            struct ibv_mw *mw = m->bound[i].mw;
+            bound_del(m, i); /* may move another entry to i: look again */
+            ibv_dealloc_mw(mw);
+            n++;
+            continue;
+        }
+        i++;
+    }
+    atomic_fetch_add(&m->revokes, n);
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }
 
 unsigned mw2_service_recvs(void)
@@ -432,8 +484,8 @@ void mw2_stop(struct mw2 *m)
     atomic_store(&m->stop, 1);
     pthread_join(m->thr, NULL);
     for (size_t i = 0; i < m->cbound; i++)
-        if (m->bound[i])
-            ibv_dealloc_mw(m->bound[i]);
+        if (m->bound[i].mw)
+            ibv_dealloc_mw(m->bound[i].mw);
     for (size_t i = 0; i < m->nspare; i++)
         ibv_dealloc_mw(m->spare[i]);
     /* the completion queue and the buffers stay: queue pairs still open

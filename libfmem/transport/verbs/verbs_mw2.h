@@ -19,8 +19,13 @@ struct ibv_cq *mw2_cq(struct mw2 *m);
 /* Receive work requests a service's queue pair needs room for. */
 unsigned mw2_service_recvs(void);
 /* A connection's queue pair, once created (before it is accepted); false
- * when there is no room for it. */
-bool mw2_add(struct mw2 *m, struct ibv_qp *qp, bool service);
+ * when there is no room for it. session: a service's session id. */
+bool mw2_add(struct mw2 *m, struct ibv_qp *qp, bool service, uint64_t session);
+/* A service's session was fenced (its queue pairs are shut): destroy every
+ * window bound at its request, and those whose binds are still in flight
+ * when they complete, so that no application's key from it outlives the
+ * recovery of its blocks. Returns the windows destroyed. */
+unsigned mw2_fence(struct mw2 *m, uint64_t session);
 /* Before its queue pair is destroyed. */
 void mw2_forget(struct mw2 *m, struct ibv_qp *qp);
 struct mw2_stats {

@@ -6,4 +6,6 @@ __attribute__((visibility("default"))) const struct fmem_verbs_plugin fmem_verbs
     .version = PACKAGE_VERSION,
     .params_size = sizeof(struct verbs_connect_params),
     .connect = verbs_transport_connect,
+    .mw_type = verbs_transport_mw_type,
+    .peer_qp = verbs_transport_peer_qp,
 };

@@ -13,6 +13,9 @@ struct fmem_verbs_plugin {
     const char *version; /* PACKAGE_VERSION of the build */
     unsigned params_size; /* sizeof(struct verbs_connect_params) */
     int (*connect)(const struct verbs_connect_params *p, struct transport **out);
+    /* what an application of fmemd needs for type-2B windows */
+    unsigned (*mw_type)(const struct transport *t);
+    uint32_t (*peer_qp)(struct transport *t);
 };
 
 /* the one symbol the plugin exports */

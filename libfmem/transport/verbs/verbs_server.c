@@ -464,6 +464,8 @@ unsigned verbs_server_fence(struct verbs_server *s, uint64_t session)
         shut++;
     }
     pthread_mutex_unlock(&s->conns_mu);
+    /* its applications' type-2B keys die before its blocks are recovered */
+    mw2_fence(s->mw2, session);
     return shut;
 }
 
@@ -501,7 +503,7 @@ static void accept_checked(struct verbs_server *s, struct rdma_cm_id *id,
         refuse(id, 0);
         return;
     }
-    if (mw2 && !mw2_add(s->mw2, id->qp, h->role == VERBS_ROLE_SERVICE)) {
+    if (mw2 && !mw2_add(s->mw2, id->qp, h->role == VERBS_ROLE_SERVICE, h->session)) {
         rdma_destroy_qp(id);
         refuse(id, 0);
         return;

@@ -1,0 +1,349 @@
+/* test_service_mw2.c - applications of an fmemd whose memory node runs
+ * mw=type2 (tests/rdma/vm-check.sh starts both): each block's key is a
+ * type-2B window bound to the application's own queue pair, so the NIC
+ * refuses it from any other queue pair; fmemd invalidates it before the
+ * block is freed, and when the application dies.
+ *   FMEM_TEST_SVC=unix:SOCKET   FMEM_TEST_RDMA="HOST PORT TOKEN_FILE" */
+#include <criterion/criterion.h>
+#include <fmem.h>
+#include <fmem_admin.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pool_internal.h"
+#include "transport.h"
+#include "verbs/transport_verbs.h"
+#include "wkeys.h"
+
+static const char *svc(void)
+{
+    const char *s = getenv("FMEM_TEST_SVC");
+    cr_assert(s && *s, "FMEM_TEST_SVC=unix:SOCKET is needed");
+    return s;
+}
+
+static fmem_pool *app(void)
+{
+    fmem_pool *p;
+    int rc = fmem_open(svc(), &p);
+    cr_assert_eq(rc, 0, "connect %s: %s", svc(), fmem_strerror(rc));
+    return p;
+}
+
+static char host[64], port[8], token[256], node[400];
+
+static void memory_node(void)
+{
+    const char *e = getenv("FMEM_TEST_RDMA");
+    cr_assert(e && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
+              "FMEM_TEST_RDMA=\"HOST PORT TOKEN_FILE\" is needed");
+    snprintf(node, sizeof node, "rdma://%s:%s?token=%s", host, port, token);
+}
+
+/* Another application's queue pair (no key of its own). */
+static struct transport *other_qp(void)
+{
+    struct verbs_connect_params cp = {.host = host, .port = port, .role = VERBS_ROLE_APP};
+    struct transport *t;
+    cr_assert_eq(verbs_transport_connect(&cp, &t), 0);
+    cr_assert_eq(verbs_transport_mw_type(t), 2, "the memory node does not run mw=type2");
+    return t;
+}
+
+static int raw_read(struct transport *t, const fmem_handle *h, uint64_t *v)
+{
+    struct tp_op op = {.kind = TP_READ, .off = t->meta_size + h->addr, .buf = v, .len = 8,
+                       .rkey = h->rkey};
+    return tp_batch(t, &op, 1);
+}
+
+static uint64_t pool_bytes(fmem_pool *observer)
+{
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(observer, &st), 0);
+    return st.allocated_bytes;
+}
+
+TestSuite(service_mw2, .timeout = 120);
+
+/* The owner reaches its blocks through its own queue pair; the same key
+ * from another application's queue pair is refused by the NIC (a remote
+ * access error, counted by the transport), and so is a write. */
+Test(service_mw2, stolen_key_is_refused_from_another_applications_queue_pair)
+{
+    memory_node();
+    fmem_pool *a = app();
+    struct transport *t = other_qp();
+    for (size_t size = 4096; size <= (1u << 20); size <<= 4) {
+        fmem_handle h;
+        cr_assert_eq(fmem_alloc(a, size, &h), 0);
+        uint64_t mine = 0x5ec7e7 + size, got = 0;
+        cr_assert_eq(fmem_write(a, &h, size - 8, &mine, 8), 0);
+        cr_assert_eq(fmem_read(a, &h, size - 8, &got, 8), 0);
+        cr_assert_eq(got, mine, "the owner's own queue pair must work");
+        uint64_t refused = verbs_transport_refused(t);
+        cr_assert_eq(raw_read(t, &h, &got), FMEM_EACCES,
+                     "a live %zu-byte block's key works from another queue pair", size);
+        cr_assert_eq(verbs_transport_refused(t), refused + 1, "not refused by the NIC");
+        struct tp_op w = {.kind = TP_WRITE, .off = t->meta_size + h.addr, .buf = "stolen",
+                          .len = 6, .rkey = h.rkey};
+        cr_assert_eq(tp_batch(t, &w, 1), FMEM_EACCES);
+        cr_assert_eq(fmem_read(a, &h, size - 8, &got, 8), 0);
+        cr_assert_eq(got, mine, "the block was changed from another queue pair");
+        cr_assert_eq(fmem_free(a, &h), 0);
+    }
+    tp_close(t);
+    fmem_close(a);
+}
+
+/* Two applications of one fmemd: neither's key works from the other's
+ * queue pair, while both work from their own. */
+Test(service_mw2, two_applications_each_with_its_own_keys)
+{
+    memory_node();
+    fmem_pool *a = app(), *b = app();
+    fmem_handle ha, hb;
+    cr_assert_eq(fmem_alloc(a, 8192, &ha), 0);
+    cr_assert_eq(fmem_alloc(b, 8192, &hb), 0);
+    uint64_t va = 0xa, vb = 0xb, got = 0;
+    cr_assert_eq(fmem_write(a, &ha, 0, &va, 8), 0);
+    cr_assert_eq(fmem_write(b, &hb, 0, &vb, 8), 0);
+    cr_assert_neq(fmem_read(b, &ha, 0, &got, 8), 0);
+    cr_assert_neq(fmem_free(b, &ha), 0);
+    cr_assert_eq(fmem_read(a, &ha, 0, &got, 8), 0);
+    cr_assert_eq(got, 0xa);
+    cr_assert_eq(fmem_read(b, &hb, 0, &got, 8), 0);
+    cr_assert_eq(got, 0xb);
+    cr_assert_eq(fmem_free(a, &ha), 0);
+    cr_assert_eq(fmem_free(b, &hb), 0);
+    fmem_close(a);
+    fmem_close(b);
+}
+
+/* Every free invalidates its window (SEND_WITH_INV) and the next
+ * allocation binds one again: many rounds neither leak windows nor blocks,
+ * and no key handed out twice in a row is the same. */
+Test(service_mw2, free_and_alloc_many_rounds)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    fmem_pool *a = app();
+    uint32_t last = 0;
+    for (int i = 0; i < 300; i++) {
+        fmem_handle h;
+        cr_assert_eq(fmem_alloc(a, 4096u << (i % 5), &h), 0, "round %d", i);
+        cr_assert_neq(h.rkey, last, "round %d: the same key again", i);
+        last = h.rkey;
+        uint64_t v = (uint64_t)i, got = 0;
+        cr_assert_eq(fmem_write(a, &h, 0, &v, 8), 0);
+        cr_assert_eq(fmem_read(a, &h, 0, &got, 8), 0);
+        cr_assert_eq(got, v);
+        cr_assert_eq(fmem_free(a, &h), 0, "round %d", i);
+    }
+    fmem_close(a);
+    uint64_t now = before;
+    for (int i = 0; i < 100 && (now = pool_bytes(observer)) != before; i++)
+        usleep(50000); /* quarantined blocks go back once their windows died */
+    cr_assert_eq(now, before, "%llu bytes still held", (unsigned long long)(now - before));
+    fmem_close(observer);
+}
+
+/* A killed application's blocks: fmemd's reaper invalidates every key and
+ * frees the blocks; the pool holds what it held before. */
+Test(service_mw2, killed_application_is_revoked_and_freed)
+{
+    memory_node();
+    int fds[2], go[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(pipe(go), 0);
+    pid_t pid = fork(); /* before this process opens a pool of its own */
+    if (pid == 0) {
+        fmem_pool *p;
+        fmem_handle h[32];
+        char c;
+        if (read(go[0], &c, 1) != 1 || fmem_open(svc(), &p))
+            _exit(1);
+        for (int i = 0; i < 32; i++)
+            if (fmem_alloc(p, 4096u << (i % 3), &h[i]) || fmem_write(p, &h[i], 0, "x", 1))
+                _exit(2);
+        if (write(fds[1], h, sizeof h) != sizeof h)
+            _exit(3);
+        pause();
+        _exit(0);
+    }
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    cr_assert_eq(write(go[1], "g", 1), 1);
+    fmem_handle h[32];
+    cr_assert_eq(read(fds[0], h, sizeof h), (ssize_t)sizeof h);
+    cr_assert_gt(pool_bytes(observer), before);
+    struct transport *t = other_qp();
+    uint64_t v;
+    for (int i = 0; i < 32; i++)
+        cr_assert_eq(raw_read(t, &h[i], &v), FMEM_EACCES, "key %d works from another QP", i);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    uint64_t now = before;
+    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
+        usleep(50000);
+    cr_assert_eq(now, before, "the dead application's blocks were not freed (%llu bytes)",
+                 (unsigned long long)(now - before));
+    fmem_verify_report r;
+    cr_assert_eq(fmem_verify(observer, &r, NULL), 0);
+    cr_assert_eq(r.errors, 0, "verifier: %llu errors", (unsigned long long)r.errors);
+    tp_close(t);
+    close(fds[0]);
+    close(fds[1]);
+    close(go[0]);
+    close(go[1]);
+    fmem_close(observer);
+}
+
+/* A service that dies between binding an application's window and
+ * revoking it (fmemd killed with blocks handed out): the memory node fences
+ * its session and destroys every window bound at its request before it
+ * recovers the blocks, so the application's key, live on its own queue
+ * pair until then, is refused from that very queue pair afterwards. The
+ * test plays both: the service (a pool over RDMA writing fmemd's heartbeat
+ * and session words, then falling silent) and the application (a queue
+ * pair of its own). */
+Test(service_mw2, fenced_services_keys_die_before_its_blocks_are_recovered)
+{
+    memory_node();
+    fmem_pool *observer, *svc_pool;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    cr_assert_eq(fmem_open(node, &svc_pool), 0);
+    struct node *n = svc_pool->nodes[0];
+    uint64_t session = verbs_transport_session(n->tp);
+    cr_assert_neq(session, 0);
+    /* one application queue pair per key: a refusal breaks its queue
+     * pair, and each key must be tried on the very one it is bound to */
+    struct transport *t[4];
+    fmem_handle h[4];
+    uint32_t key[4];
+    uint64_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        t[i] = other_qp();
+        uint32_t qp = verbs_transport_peer_qp(t[i]);
+        cr_assert_neq(qp, 0);
+        cr_assert_eq(fmem_alloc(svc_pool, 4096u << i, &h[i]), 0);
+        cr_assert_eq(verbs_transport_bind2(n->tp, n->tp->meta_size + h[i].addr, h[i].length, qp,
+                                           &key[i]),
+                     0);
+        struct tp_op op = {.kind = TP_READ, .off = t[i]->meta_size + h[i].addr, .buf = &v,
+                           .len = 8, .rkey = key[i]};
+        cr_assert_eq(tp_batch(t[i], &op, 1), 0, "the bound key must work from its queue pair");
+    }
+    uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE;
+    uint64_t where = n->tp->wkeys_off +
+                     wk_hb_pair(n->g.nchunks, (unsigned)fmem_user_id(svc_pool, 0));
+    for (uint32_t beat = 1; beat <= 3; beat++) {
+        uint64_t w[2] = {(uint64_t)mine << 32 | beat, session};
+        cr_assert_eq(tp_write(n->tp, where, w, sizeof w), 0);
+        usleep(300000);
+    }
+    /* silent from here: fenced, then recovered */
+    uint64_t now = before;
+    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "the silent service was not recovered");
+    for (int i = 0; i < 4; i++) {
+        struct tp_op op = {.kind = TP_READ, .off = t[i]->meta_size + h[i].addr, .buf = &v,
+                           .len = 8, .rkey = key[i]};
+        cr_assert_eq(tp_batch(t[i], &op, 1), FMEM_EACCES,
+                     "key %d of a recovered block still works from the application's QP", i);
+        tp_close(t[i]);
+    }
+    fmem_close(svc_pool);
+    fmem_close(observer);
+}
+
+/* Applications killed at random moments while they allocate, write and
+ * free through fmemd (FMEM_TEST_MW2_KILLS of them, 40 by default): fmemd
+ * must revoke every key of each and free its blocks, and at the end the
+ * pool holds what it held before and the verifier is clean. */
+Test(service_mw2, applications_killed_at_random, .timeout = 1800)
+{
+    memory_node();
+    const char *e = getenv("FMEM_TEST_MW2_KILLS");
+    int kills = e && atoi(e) > 0 ? atoi(e) : 40;
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    fmem_close(observer); /* no connection of ours in the children */
+    srand(1234);
+    /* every `wave` kills, wait until fmemd has reaped them all, so that
+     * its queue of departed applications (and its per-user limit of
+     * connections) stays short */
+    const int wave = 20;
+    int started = 0;
+    for (int k = 0; k < kills; k++) {
+        int ready[2];
+        cr_assert_eq(pipe(ready), 0);
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0) {
+            close(ready[0]);
+            fmem_pool *p;
+            if (fmem_open(svc(), &p))
+                _exit(1);
+            if (write(ready[1], "r", 1) != 1)
+                _exit(2);
+            fmem_handle h[16];
+            unsigned held = 0, seed = (unsigned)getpid();
+            for (;;) {
+                if (held < 16 && (held == 0 || rand_r(&seed) % 3)) {
+                    if (fmem_alloc(p, 4096u << (rand_r(&seed) % 5), &h[held]) == 0) {
+                        uint64_t v = held;
+                        fmem_write(p, &h[held], 0, &v, 8);
+                        held++;
+                    }
+                } else {
+                    unsigned i = rand_r(&seed) % held;
+                    if (fmem_free(p, &h[i]) != 0)
+                        _exit(3);
+                    h[i] = h[--held];
+                }
+            }
+        }
+        close(ready[1]);
+        char c;
+        started += read(ready[0], &c, 1) == 1;
+        close(ready[0]);
+        usleep((useconds_t)(rand() % 40000));
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        cr_assert(WIFSIGNALED(st), "application %d exited by itself (status %#x)", k, st);
+        if ((k + 1) % wave == 0) {
+            cr_assert_eq(fmem_open(node, &observer), 0);
+            uint64_t now = before;
+            for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
+                usleep(100000);
+            fmem_close(observer);
+            cr_assert_eq(now, before, "after %d kills %llu bytes are still held", k + 1,
+                         (unsigned long long)(now - before));
+        }
+    }
+    cr_assert_eq(started, kills);
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t now = before;
+    for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "after %d kills %llu bytes are still held", kills,
+                 (unsigned long long)(now - before));
+    fmem_verify_report r;
+    cr_assert_eq(fmem_verify(observer, &r, NULL), 0);
+    cr_assert_eq(r.errors, 0, "verifier: %llu errors", (unsigned long long)r.errors);
+    printf("service_mw2: %d applications killed, pool back to %llu bytes, verifier clean\n", kills,
+           (unsigned long long)before);
+    fmem_close(observer);
+}
