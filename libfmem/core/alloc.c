@@ -423,45 +423,42 @@ int node_quarantine_finish(struct node *n, uint64_t chunk, unsigned log2c)
     return layer_free(n, chunk, log2c, log_uid(e), &h);
 }
 
-int node_free_verdict(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
+/* The checks before a free, in one round trip: the layer's header, the key
+ * and the log entry. A block not allocated in the handle's layer, or already
+ * quarantined, is a wrong handle if its key is still the caller's (the block
+ * exists with another size), else a double free. */
+static int free_read(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t *h,
+                     uint64_t *cap, uint64_t *e)
 {
     if (!block_ok(n, chunk, log2c))
         return FMEM_EBADHANDLE;
-    uint64_t h, cap, e = 0;
+    *e = 0;
     struct tp_op ops[3] = {
-        {.kind = TP_READ, .off = state_off(n, chunk, log2c), .buf = &h, .len = 8},
-        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
-        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
+        {.kind = TP_READ, .off = state_off(n, chunk, log2c), .buf = h, .len = 8},
+        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = cap, .len = 8},
+        {.kind = TP_READ, .off = log_off(n, chunk), .buf = e, .len = 8},
     };
     int rc = tp_batch(n->tp, ops, n->log_none ? 2 : 3);
     if (rc)
         return rc;
-    /* the same verdicts, in the same order, as node_free below */
-    if (!block_allocated(h, chunk, log2c) || (!n->log_none && log_quarantined(e)))
-        return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
-    return judge(n, chunk, log2c, rkey, cap, e);
+    if (!block_allocated(*h, chunk, log2c) || (!n->log_none && log_quarantined(*e)))
+        return cap_main(*cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
+    return 0;
+}
+
+int node_free_verdict(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
+{
+    uint64_t h, cap, e;
+    int rc = free_read(n, chunk, log2c, rkey, &h, &cap, &e);
+    return rc ? rc : judge(n, chunk, log2c, rkey, cap, e);
 }
 
 int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
-    if (!block_ok(n, chunk, log2c))
-        return FMEM_EBADHANDLE;
-    /* one round trip: the layer's header, the key and the log entry */
-    uint64_t h, cap, e = 0;
-    struct tp_op ops[3] = {
-        {.kind = TP_READ, .off = state_off(n, chunk, log2c), .buf = &h, .len = 8},
-        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
-        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
-    };
-    int rc = tp_batch(n->tp, ops, n->log_none ? 2 : 3);
+    uint64_t h, cap, e;
+    int rc = free_read(n, chunk, log2c, rkey, &h, &cap, &e);
     if (rc)
         return rc;
-    /* free in the handle's layer; but if the key is still live, the block
-     * exists with another size: the handle is wrong, not stale */
-    if (!block_allocated(h, chunk, log2c))
-        return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
-    if (!n->log_none && log_quarantined(e))
-        return cap_main(cap) == rkey ? FMEM_EBADHANDLE : FMEM_EDOUBLEFREE;
     if ((rc = settle(n, chunk, log2c, h, &e)) != 0)
         return rc;
     rc = judge(n, chunk, log2c, rkey, cap, e);
