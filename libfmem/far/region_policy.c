@@ -29,11 +29,13 @@
  *     paths' (see place_build);
  *   - tiers: in a pool of fast nodes (memory: mem:, shm:, file:) and slow
  *     ones (ssd:, zmem:: their data is reached through the transport
- *     alone), a chunk is warm when it faulted again within TIER_TURNS
- *     cache turnovers (cap faults each) of its previous fault, and its
- *     last fault is itself no older than that; every other chunk is cold.
- *     A new chunk goes to a node of the tier its history asks for; at a
- *     write-back a chunk on the wrong tier moves (region_remote.c);
+ *     alone), a chunk is warm when its last fault came within TIER_TURNS
+ *     cache turnovers (cap faults each) of the one before: it was evicted
+ *     and wanted back soon. Every other chunk is cold, also one that
+ *     faulted once (written once, or read once). Only faults count: a
+ *     unit hot enough to stay cached keeps its last verdict. A new chunk
+ *     goes to a node of the tier its history asks for; at the write-back
+ *     of a dirty unit a chunk on the wrong tier moves (region_remote.c);
  * The unit size is fixed at creation and not changed.
  * An explicit setting (cfg->prefetch, fmem_region_tune) always wins; an
  * explicit stripe width without an explicit tier turns tiers off. */
@@ -50,7 +52,7 @@
 #define RECENT 1024 /* units remembered for re-fault distances (hashed) */
 #define PLACE_MAX 256 /* chunks per interleave group, at most */
 #define PLACE_PENALTY 0.05 /* most a random fetch may slow down on average */
-#define TIER_TURNS 4 /* warm: faulted again within this many cache turnovers */
+#define TIER_TURNS 8 /* warm: faulted again within this many cache turnovers */
 
 /* A sequential stream the handler follows: its last demand fault and the
  * first unit it has not brought in yet (the end of its read-ahead). */
@@ -84,7 +86,7 @@ struct region_policy {
     uint8_t slow[REGION_MAX_PATHS], tier_node[2][REGION_MAX_PATHS];
     unsigned ntier[2];
     _Atomic unsigned tier; /* FMEM_REGION_TIER_* */
-    _Atomic uint64_t clock, *last_fault, *dist, moves;
+    _Atomic uint64_t *last_fault, *dist, moves;
     /* published */
     _Atomic uint64_t fault_rate, decisions;
     _Atomic uint32_t seq_pct, write_pct, refault_pct, refault_dist;
@@ -306,10 +308,8 @@ int policy_tier_slow(const struct fmem_region *r, uint32_t chunk)
         return 1;
     case FMEM_REGION_TIER_AUTO: {
         uint64_t turn = (uint64_t)TIER_TURNS * r->cap;
-        uint64_t last = atomic_load_explicit(&p->last_fault[chunk], memory_order_relaxed);
         uint64_t d = atomic_load_explicit(&p->dist[chunk], memory_order_relaxed);
-        uint64_t now = atomic_load_explicit(&p->clock, memory_order_relaxed);
-        return !(d && d <= turn && now - last <= turn);
+        return !(d && d <= turn);
     }
     default:
         return -1;
@@ -474,7 +474,6 @@ void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
         if (prev)
             atomic_store_explicit(&p->dist[c], p->nfaults - prev, memory_order_relaxed);
         atomic_store_explicit(&p->last_fault[c], p->nfaults, memory_order_relaxed);
-        atomic_store_explicit(&p->clock, p->nfaults, memory_order_relaxed);
     }
     p->last_u = u;
     if (++p->win_n >= POLICY_WINDOW)
