@@ -4,6 +4,7 @@
  * units on the fast node and cold ones on the slow one; an explicit tier
  * setting wins; a slow node that fails loses nothing; no chunk leaks. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +255,63 @@ Test(tiers, full_ssd_loses_nothing)
     cr_assert(ns.errors > 0 && strstr(ns.last_error, "File too large"), "error: '%s'",
               ns.last_error);
     cr_assert(chunks_on(r, 0) > HOT, "the cold units that could not move stayed on mem:");
+    cr_assert_eq(fmem_region_destroy(r), 0);
+    fmem_stats_t after;
+    cr_assert_eq(fmem_stats(p, &after), 0);
+    cr_assert_eq(after.allocated_bytes, before.allocated_bytes, "no chunk leaked");
+    free(shadow);
+    fmem_close(p);
+}
+
+/* Stress: two threads, each on its own half of the units with its own
+ * shadow, fault, write and read while chunks move between the tiers. */
+struct worker {
+    char *base, *shadow;
+    unsigned first, n; /* units */
+    uint64_t seed;
+    int bad;
+};
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    uint64_t s = w->seed;
+    unsigned hot = w->n / 8;
+    for (int i = 0; i < 20000 && !w->bad; i++) {
+        unsigned u = w->first + (unsigned)(i % 3 ? rnd(&s) % hot : rnd(&s) % w->n);
+        size_t off = (size_t)u * UNIT + (rnd(&s) % (UNIT / 8)) * 8;
+        if (memcmp(w->base + off, w->shadow + off, 8))
+            w->bad = 1;
+        if (i % 3 || i % 2)
+            put(w->base, w->shadow, off, rnd(&s));
+    }
+    return NULL;
+}
+
+Test(tiers, two_threads_while_chunks_move)
+{
+    fmem_pool *p = open_ok("mem:?size=64M;zmem:?size=64M");
+    fmem_stats_t before;
+    cr_assert_eq(fmem_stats(p, &before), 0);
+    fmem_region *r = make_region(p);
+    char *base = fmem_region_base(r), *shadow = calloc(1, SIZE);
+    struct worker w[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        w[i] = (struct worker){.base = base, .shadow = shadow, .n = (HOT + COLD) / 2,
+                               .seed = 77 + (uint64_t)i};
+        w[i].first = (unsigned)i * w[i].n;
+        cr_assert_eq(pthread_create(&t[i], NULL, work, &w[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(w[i].bad, 0, "thread %d read what it did not write", i);
+    }
+    cr_assert_eq(fmem_region_flush(r), 0);
+    cr_assert(!memcmp(base, shadow, SIZE), "the region differs from its shadow");
+    fmem_region_stats_t rs;
+    cr_assert_eq(fmem_region_stats(r, &rs), 0);
+    cr_assert(rs.tier_moves > 0, "chunks moved meanwhile");
     cr_assert_eq(fmem_region_destroy(r), 0);
     fmem_stats_t after;
     cr_assert_eq(fmem_stats(p, &after), 0);
