@@ -38,8 +38,10 @@ struct policy_figures {
  * path, or with links of unequal bandwidth the placement weights' cycle
  * (see region_policy.c). */
 unsigned policy_ileave(const struct fmem_region *r);
-/* The node a new chunk `chunk` is allocated on: the policy's weighted
- * placement, or with an explicit stripe width chunk % ileave % stripe. */
+/* The node a new chunk `chunk` is allocated on: with tiers a node of the
+ * tier its fault history asks for (policy_tier_slow), else the policy's
+ * weighted placement, or with an explicit stripe width
+ * chunk % ileave % stripe. */
 unsigned policy_place(const struct fmem_region *r, uint32_t chunk);
 /* Tiers (fast memory nodes, slow ssd:/zmem: nodes): 1 when chunk `chunk`
  * belongs on a slow node, 0 on a fast one, -1 when the region has no tiers
