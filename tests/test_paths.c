@@ -269,7 +269,7 @@ Test(paths_tune, bad_values_refused)
     cr_assert_eq(fmem_region_tune(r, &t), FMEM_EINVAL);
     t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_PREFETCH, .prefetch = 17};
     cr_assert_eq(fmem_region_tune(r, &t), FMEM_EINVAL, "more than a quarter of the cache");
-    t = (fmem_region_tuning){.set = 8};
+    t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_ALL + 1}; /* no such field */
     cr_assert_eq(fmem_region_tune(r, &t), FMEM_EINVAL);
     cr_assert_eq(fmem_region_tune(NULL, &t), FMEM_EINVAL);
     cr_assert_eq(fmem_region_tune(r, NULL), FMEM_EINVAL);

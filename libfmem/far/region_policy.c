@@ -27,8 +27,18 @@
  *     fastest gets at most the share that keeps the mean time of a single
  *     demand fetch (a random gather) within PLACE_PENALTY of the fastest
  *     paths' (see place_build);
+ *   - tiers: in a pool of fast nodes (memory: mem:, shm:, file:) and slow
+ *     ones (ssd:, zmem:: their data is reached through the transport
+ *     alone), a chunk is warm when its last fault came within TIER_TURNS
+ *     cache turnovers (cap faults each) of the one before: it was evicted
+ *     and wanted back soon. Every other chunk is cold, also one that
+ *     faulted once (written once, or read once). Only faults count: a
+ *     unit hot enough to stay cached keeps its last verdict. A new chunk
+ *     goes to a node of the tier its history asks for; at the write-back
+ *     of a dirty unit a chunk on the wrong tier moves (region_remote.c);
  * The unit size is fixed at creation and not changed.
- * An explicit setting (cfg->prefetch, fmem_region_tune) always wins. */
+ * An explicit setting (cfg->prefetch, fmem_region_tune) always wins; an
+ * explicit stripe width without an explicit tier turns tiers off. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +52,7 @@
 #define RECENT 1024 /* units remembered for re-fault distances (hashed) */
 #define PLACE_MAX 256 /* chunks per interleave group, at most */
 #define PLACE_PENALTY 0.05 /* most a random fetch may slow down on average */
+#define TIER_TURNS 8 /* warm: faulted again within this many cache turnovers */
 
 /* A sequential stream the handler follows: its last demand fault and the
  * first unit it has not brought in yet (the end of its read-ahead). */
@@ -69,6 +80,13 @@ struct region_policy {
     /* placement (set at creation, read by whoever allocates chunks) */
     uint8_t place[PLACE_MAX]; /* chunk c of a group goes to place[c % ileave] */
     unsigned share[REGION_MAX_PATHS]; /* entries of place[] per path */
+    /* tiers: the nodes of each (tier_node[t][0..ntier[t]-1]), and per
+     * chunk the fault numbers of its last fault and the distance to the
+     * one before (written by the handler, read by whoever places chunks) */
+    uint8_t slow[REGION_MAX_PATHS], tier_node[2][REGION_MAX_PATHS];
+    unsigned ntier[2];
+    _Atomic unsigned tier; /* FMEM_REGION_TIER_* */
+    _Atomic uint64_t *last_fault, *dist, moves;
     /* published */
     _Atomic uint64_t fault_rate, decisions;
     _Atomic uint32_t seq_pct, write_pct, refault_pct, refault_dist;
@@ -98,6 +116,20 @@ int policy_init(struct fmem_region *r, const fmem_region_config *cfg)
     p->last_u = NO_UNIT;
     p->depth_max = r->cap / 4 ? r->cap / 4 : 1;
     place_build(r, p);
+    for (unsigned i = 0; r->pool->nnodes > 1 && i < r->npaths; i++) {
+        p->slow[i] = r->pool->nodes[i]->tp->data_apart;
+        p->tier_node[p->slow[i]][p->ntier[p->slow[i]]++] = (uint8_t)i;
+    }
+    if (p->ntier[0] && p->ntier[1]) {
+        p->last_fault = calloc(r->nchunks, sizeof *p->last_fault);
+        p->dist = calloc(r->nchunks, sizeof *p->dist);
+        if (!p->last_fault || !p->dist) {
+            free(p->last_fault);
+            free(p->dist);
+            free(p);
+            return FMEM_ENOMEM;
+        }
+    }
     r->policy = p;
     atomic_store(&r->tune.prefetch, r->prefetch);
     atomic_store(&r->tune.stripe, placing_paths(r, p));
@@ -108,6 +140,10 @@ int policy_init(struct fmem_region *r, const fmem_region_config *cfg)
 
 void policy_fini(struct fmem_region *r)
 {
+    if (r->policy) {
+        free(r->policy->last_fault);
+        free(r->policy->dist);
+    }
     free(r->policy);
     r->policy = NULL;
 }
@@ -250,8 +286,61 @@ static unsigned placing_paths(const struct fmem_region *r, const struct region_p
     return k;
 }
 
+/* ---- tiers ---- */
+
+static unsigned tier_mode(const struct fmem_region *r)
+{
+    const struct region_policy *p = r->policy;
+    if (!p || !p->last_fault)
+        return FMEM_REGION_TIER_NONE; /* not both kinds of node */
+    if (!fixed(r, FMEM_REGION_TUNE_TIER) && fixed(r, FMEM_REGION_TUNE_STRIPE))
+        return FMEM_REGION_TIER_NONE; /* an explicit stripe places alone */
+    return atomic_load_explicit(&p->tier, memory_order_relaxed);
+}
+
+int policy_tier_slow(const struct fmem_region *r, uint32_t chunk)
+{
+    const struct region_policy *p = r->policy;
+    switch (tier_mode(r)) {
+    case FMEM_REGION_TIER_FAST:
+        return 0;
+    case FMEM_REGION_TIER_SLOW:
+        return 1;
+    case FMEM_REGION_TIER_AUTO: {
+        uint64_t turn = (uint64_t)TIER_TURNS * r->cap;
+        uint64_t d = atomic_load_explicit(&p->dist[chunk], memory_order_relaxed);
+        return !(d && d <= turn);
+    }
+    default:
+        return -1;
+    }
+}
+
+void policy_tier_moved(struct fmem_region *r)
+{
+    if (r->policy)
+        atomic_fetch_add(&r->policy->moves, 1);
+}
+
+int policy_node_slow(const struct fmem_region *r, unsigned node)
+{
+    return r->policy && node < REGION_MAX_PATHS ? r->policy->slow[node] : 0;
+}
+
+unsigned policy_place_tier(const struct fmem_region *r, uint32_t chunk, int slow)
+{
+    const struct region_policy *p = r->policy;
+    unsigned pick = p->place[chunk % r->ileave % PLACE_MAX];
+    if (p->slow[pick] == slow)
+        return pick;
+    return p->tier_node[slow][chunk % p->ntier[slow]];
+}
+
 unsigned policy_place(const struct fmem_region *r, uint32_t chunk)
 {
+    int slow = policy_tier_slow(r, chunk);
+    if (slow >= 0)
+        return policy_place_tier(r, chunk, slow);
     unsigned stripe = atomic_load_explicit(&r->tune.stripe, memory_order_relaxed);
     if (fixed(r, FMEM_REGION_TUNE_STRIPE) || !r->policy)
         return chunk % r->ileave % (stripe ? stripe : 1);
@@ -379,6 +468,13 @@ void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
     }
     p->unit_of[h] = u;
     p->stamp[h] = p->nfaults;
+    if (p->last_fault) { /* the chunk's fault history, for its tier */
+        uint32_t c = remote_chunk(r, u);
+        uint64_t prev = atomic_load_explicit(&p->last_fault[c], memory_order_relaxed);
+        if (prev)
+            atomic_store_explicit(&p->dist[c], p->nfaults - prev, memory_order_relaxed);
+        atomic_store_explicit(&p->last_fault[c], p->nfaults, memory_order_relaxed);
+    }
     p->last_u = u;
     if (++p->win_n >= POLICY_WINDOW)
         decide(r, p, tp_now_ns());
@@ -399,6 +495,7 @@ void policy_figures(struct fmem_region *r, struct policy_figures *out)
     out->refault_pct = atomic_load(&p->refault_pct);
     out->refault_dist = atomic_load(&p->refault_dist);
     out->decisions = atomic_load(&p->decisions);
+    out->tier_moves = atomic_load(&p->moves);
 }
 
 /* ---- public ------------------------------------------------------------- */
@@ -413,6 +510,8 @@ int fmem_region_tune(fmem_region *r, const fmem_region_tuning *t)
         return FMEM_EINVAL;
     if ((t->set & FMEM_REGION_TUNE_PREFETCH) && t->prefetch > r->cap / 4)
         return FMEM_EINVAL;
+    if ((t->set & FMEM_REGION_TUNE_TIER) && t->tier > FMEM_REGION_TIER_SLOW)
+        return FMEM_EINVAL;
     /* fix first, then set: the policy (handler) no longer overwrites */
     atomic_store(&r->tune.fixed, t->set);
     if (t->set & FMEM_REGION_TUNE_PREFETCH)
@@ -421,6 +520,9 @@ int fmem_region_tune(fmem_region *r, const fmem_region_tuning *t)
         atomic_store(&r->tune.stripe, t->stripe);
     if (t->set & FMEM_REGION_TUNE_IO_WIDTH)
         atomic_store(&r->tune.io_width, t->io_width);
+    if (r->policy)
+        atomic_store(&r->policy->tier,
+                     t->set & FMEM_REGION_TUNE_TIER ? t->tier : FMEM_REGION_TIER_AUTO);
     return 0;
 }
 
@@ -433,5 +535,6 @@ int fmem_region_tuning_get(fmem_region *r, fmem_region_tuning *out)
     out->stripe = atomic_load(&r->tune.stripe);
     out->io_width = atomic_load(&r->tune.io_width);
     out->paths = r->npaths;
+    out->tier = r->policy ? atomic_load(&r->policy->tier) : FMEM_REGION_TIER_NONE;
     return 0;
 }

@@ -32,14 +32,29 @@ struct policy_figures {
     uint32_t refault_pct;  /* % on a unit that faulted recently */
     uint32_t refault_dist; /* mean faults between a unit's two faults */
     uint64_t decisions;    /* windows evaluated */
+    uint64_t tier_moves;   /* chunks moved between tiers */
 };
 /* Chunks per interleave group (remote_init, before policy_init): one per
  * path, or with links of unequal bandwidth the placement weights' cycle
  * (see region_policy.c). */
 unsigned policy_ileave(const struct fmem_region *r);
-/* The node a new chunk `chunk` is allocated on: the policy's weighted
- * placement, or with an explicit stripe width chunk % ileave % stripe. */
+/* The node a new chunk `chunk` is allocated on: with tiers a node of the
+ * tier its fault history asks for (policy_tier_slow), else the policy's
+ * weighted placement, or with an explicit stripe width
+ * chunk % ileave % stripe. */
 unsigned policy_place(const struct fmem_region *r, uint32_t chunk);
+/* Tiers (fast memory nodes, slow ssd:/zmem: nodes): 1 when chunk `chunk`
+ * belongs on a slow node, 0 on a fast one, -1 when the region has no tiers
+ * (one kind of node, or FMEM_REGION_TIER_NONE in force). */
+int policy_tier_slow(const struct fmem_region *r, uint32_t chunk);
+/* The node for chunk `chunk` on the tier `slow` (only with tiers). */
+unsigned policy_place_tier(const struct fmem_region *r, uint32_t chunk, int slow);
+/* A chunk moved between tiers (for the stats). */
+void policy_tier_moved(struct fmem_region *r);
+/* 1: node `node` is a slow one. */
+int policy_node_slow(const struct fmem_region *r, unsigned node);
+/* The chunk holding unit u (region_remote.c). */
+uint32_t remote_chunk(const struct fmem_region *r, uint32_t u);
 /* 1: new chunks go to path `path`. */
 int policy_path_placing(const struct fmem_region *r, unsigned path);
 void policy_figures(struct fmem_region *r, struct policy_figures *out);

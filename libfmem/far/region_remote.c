@@ -40,6 +40,12 @@ static uint32_t chunk_of(const struct fmem_region *r, uint32_t u, uint32_t *slot
     return u / group * r->ileave + idx % r->ileave;
 }
 
+uint32_t remote_chunk(const struct fmem_region *r, uint32_t u)
+{
+    uint32_t slot;
+    return chunk_of(r, u, &slot);
+}
+
 fmem_handle remote_handle(struct fmem_region *r, uint32_t u, uint64_t *off)
 {
     uint32_t slot, c = chunk_of(r, u, &slot);
@@ -210,9 +216,66 @@ static int write_runs(struct fmem_region *r, uint32_t u, fmem_handle h, uint64_t
     return 0;
 }
 
+/* Tier moves. Unit u is being written back (EVICTING or FLUSHING: its
+ * faults wait, nobody reads its pool copy) and is the only written unit of
+ * its chunk, which sits on the wrong tier. A new chunk is allocated on the
+ * other tier and u written there while the old chunk stays in place; the
+ * chunk's handle is switched under the lock, and only if u is still the
+ * chunk's only user (another unit that took the chunk meanwhile was written
+ * to the old one), then the old chunk is freed. Until the switch every
+ * reader finds the old, complete chunk; after it the new, complete one. A
+ * failed allocation or write on the new node frees it again and the unit
+ * goes to its old chunk as without tiers. `to`: the tier to move to (1
+ * slow, 0 fast), or -1 for the one the policy wants. Returns 1 when u was
+ * written to its new chunk, 0 when the caller still has to write it to h. */
+static int move_chunk(struct fmem_region *r, uint32_t u, fmem_handle h, uint64_t present, int to)
+{
+    uint32_t ci = remote_chunk(r, u);
+    struct region_chunk *c = &r->chunks[ci];
+    pthread_mutex_lock(&r->lock);
+    int slow = policy_tier_slow(r, ci);
+    if (slow >= 0 && to >= 0)
+        slow = to;
+    if (slow < 0 || c->users != 1 || c->h.addr != h.addr || c->h.node != h.node ||
+        policy_node_slow(r, h.node) == slow) {
+        pthread_mutex_unlock(&r->lock);
+        return 0;
+    }
+    fmem_handle nh;
+    pool_alloc_hint = (int)policy_place_tier(r, ci, slow);
+    int rc = fmem_alloc(r->pool, r->chunk, &nh);
+    pool_alloc_hint = -1;
+    pthread_mutex_unlock(&r->lock);
+    if (rc)
+        return 0; /* no room there: stay */
+    if (policy_node_slow(r, nh.node) != slow) { /* the tier is full */
+        fmem_free(r->pool, &nh);
+        return 0;
+    }
+    rc = write_runs(r, u, nh, full_mask(r), present);
+    pthread_mutex_lock(&r->lock);
+    int moved = rc == 0 && c->users == 1 && c->h.addr == h.addr && c->h.node == h.node;
+    fmem_handle gone = moved ? h : nh;
+    if (moved) {
+        atomic_fetch_sub(&path_of(r, &h)->chunks, 1);
+        stat_add(&path_of(r, &nh)->chunks, 1);
+        c->h = nh;
+        policy_tier_moved(r);
+    }
+    fmem_free(r->pool, &gone);
+    pthread_mutex_unlock(&r->lock);
+    return moved;
+}
+
 int remote_writeback(struct fmem_region *r, uint32_t u, fmem_handle h, uint64_t present)
 {
-    return write_runs(r, u, h, full_mask(r), present);
+    if (move_chunk(r, u, h, present, -1))
+        return 0;
+    int rc = write_runs(r, u, h, full_mask(r), present);
+    /* a slow node that fails (a full disk): the unit goes to a fast one */
+    if (rc && policy_node_slow(r, h.node) && move_chunk(r, u, h, present, 0))
+        rc = 0;
+    return rc;
 }
 
 int remote_zero_pages(struct fmem_region *r, uint32_t u, uint64_t pages)
@@ -269,4 +332,5 @@ void remote_fill_stats(struct fmem_region *r, fmem_region_stats_t *out)
     out->write_pct = f.write_pct;
     out->refault_pct = f.refault_pct;
     out->refault_dist = f.refault_dist;
+    out->tier_moves = f.tier_moves;
 }

@@ -100,7 +100,9 @@ typedef struct fmem_region_stats_t {
     uint32_t write_pct;      /* % of faults that were writes */
     uint32_t refault_pct;    /* % of faults on a unit that faulted lately */
     uint32_t refault_dist;   /* mean faults between those two faults */
-    uint64_t reserved[3];
+    uint64_t tier_moves;     /* chunks moved between fast and slow nodes
+                              * at write-back (FMEM_REGION_TUNE_TIER) */
+    uint64_t reserved[2];
 } fmem_region_stats_t;
 
 /* ---- paths and tuning ----------------------------------------------------
@@ -113,7 +115,14 @@ typedef struct fmem_region_stats_t {
 #define FMEM_REGION_TUNE_PREFETCH (1u << 0)
 #define FMEM_REGION_TUNE_STRIPE (1u << 1)
 #define FMEM_REGION_TUNE_IO_WIDTH (1u << 2)
-#define FMEM_REGION_TUNE_ALL 7u
+#define FMEM_REGION_TUNE_TIER (1u << 3)
+#define FMEM_REGION_TUNE_ALL 15u
+/* Which nodes hold a region's chunks in a pool of fast (memory: mem:,
+ * shm:, file:) and slow (ssd:, zmem:) nodes (docs/far-memory.md): */
+#define FMEM_REGION_TIER_AUTO 0u /* the policy: warm chunks fast, cold slow */
+#define FMEM_REGION_TIER_NONE 1u /* no tiers: placement by link bandwidth */
+#define FMEM_REGION_TIER_FAST 2u /* all on fast nodes (while they have room) */
+#define FMEM_REGION_TIER_SLOW 3u /* all on slow nodes (while they have room) */
 #define FMEM_REGION_MAX_IO_WIDTH 16u
 
 typedef struct fmem_region_tuning {
@@ -123,6 +132,7 @@ typedef struct fmem_region_tuning {
     unsigned stripe;   /* 1..paths: new chunks go to nodes 0..stripe-1 */
     unsigned io_width; /* 1..FMEM_REGION_MAX_IO_WIDTH */
     unsigned paths;    /* (get only) memory nodes the region can use */
+    unsigned tier;     /* FMEM_REGION_TIER_* */
 } fmem_region_tuning;
 
 /* Fix the fields named in t->set to their values; the others go back to
