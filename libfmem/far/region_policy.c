@@ -530,6 +530,7 @@ int fmem_region_tuning_get(fmem_region *r, fmem_region_tuning *out)
 {
     if (!r || !out)
         return FMEM_EINVAL;
+    *out = (fmem_region_tuning){0};
     out->set = atomic_load(&r->tune.fixed);
     out->prefetch = atomic_load(&r->tune.prefetch);
     out->stripe = atomic_load(&r->tune.stripe);

@@ -133,6 +133,8 @@ typedef struct fmem_region_tuning {
     unsigned io_width; /* 1..FMEM_REGION_MAX_IO_WIDTH */
     unsigned paths;    /* (get only) memory nodes the region can use */
     unsigned tier;     /* FMEM_REGION_TIER_* */
+    unsigned reserved[6]; /* zero; room for later fields without an ABI
+                           * change */
 } fmem_region_tuning;
 
 /* Fix the fields named in t->set to their values; the others go back to
