@@ -314,15 +314,10 @@ void app_gone(struct fmemd *d, unsigned i)
     peer_close(&a->peer);
     ring_unmap(a->ring);
     a->ring = NULL;
-    pthread_mutex_lock(&a->mu);
-    uint64_t held = a->blocks;
-    pthread_mutex_unlock(&a->mu);
-    if (held) {
-        reaper_queue(d, a);
-    } else {
-        atomic_fetch_add(&d->apps_reaped, 1);
-        destroy_app(a);
-    }
+    /* the reaper looks at its blocks: a worker may still hold a->mu for a
+     * round trip to a memory node (a type-2 bind answers in up to 5 s),
+     * and the control thread must not wait for it (heartbeats) */
+    reaper_queue(d, a);
 }
 
 static int send_stats(struct fmemd *d, struct app *a, uint32_t seq)

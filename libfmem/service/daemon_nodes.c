@@ -221,8 +221,12 @@ void nodes_heartbeat(struct fmemd *d)
 {
     struct msg_heartbeat hb = {0};
     hb.napps = d->napps;
+    /* a figure for the memory node's status only: an application whose
+     * worker is in a round trip (holding its lock) is left out rather
+     * than waited for, so that the heartbeat is never late */
     for (unsigned i = 0; i < d->napps; i++) {
-        pthread_mutex_lock(&d->apps[i]->mu);
+        if (pthread_mutex_trylock(&d->apps[i]->mu))
+            continue;
         hb.app_bytes += d->apps[i]->bytes;
         pthread_mutex_unlock(&d->apps[i]->mu);
     }

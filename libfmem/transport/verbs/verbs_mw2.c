@@ -56,6 +56,7 @@ struct pending {
     unsigned slot; /* who asked */
     uint32_t qpn;  /* on which queue pair the asker was */
     uint64_t session; /* of the asker */
+    uint32_t app_qpn; /* the queue pair the window is being bound to */
 };
 
 /* A bound window and the session of the service that had it bound: when
@@ -63,6 +64,7 @@ struct pending {
 struct bound {
     struct ibv_mw *mw; /* NULL: empty */
     uint64_t session;
+    uint32_t app_qpn; /* the application queue pair it is bound to */
 };
 
 #define MAX_FENCED 64
@@ -97,7 +99,7 @@ static size_t slot_of(const struct mw2 *m, uint32_t rkey)
     return ((rkey >> 8) * 2654435761u) & (m->cbound - 1);
 }
 
-static bool bound_put(struct mw2 *m, struct ibv_mw *mw, uint64_t session)
+static bool bound_put(struct mw2 *m, struct ibv_mw *mw, uint64_t session, uint32_t app_qpn)
 {
     if (2 * (m->nbound + 1) > m->cbound) {
         size_t cap = m->cbound ? 2 * m->cbound : 1024;
@@ -110,13 +112,13 @@ static bool bound_put(struct mw2 *m, struct ibv_mw *mw, uint64_t session)
         m->nbound = 0;
         for (size_t i = 0; i < ocap; i++)
             if (old[i].mw)
-                bound_put(m, old[i].mw, old[i].session);
+                bound_put(m, old[i].mw, old[i].session, old[i].app_qpn);
         free(old);
     }
     size_t i = slot_of(m, mw->rkey);
     while (m->bound[i].mw)
         i = (i + 1) & (m->cbound - 1);
-    m->bound[i] = (struct bound){.mw = mw, .session = session};
+    m->bound[i] = (struct bound){.mw = mw, .session = session, .app_qpn = app_qpn};
     m->nbound++;
     return true;
 }
@@ -131,7 +133,7 @@ static void bound_del(struct mw2 *m, size_t i)
         struct bound x = m->bound[j];
         m->bound[j].mw = NULL;
         m->nbound--;
-        bound_put(m, x.mw, x.session);
+        bound_put(m, x.mw, x.session, x.app_qpn);
     }
 }
 
@@ -223,7 +225,7 @@ static void bind_request(struct mw2 *m, unsigned slot, const struct verbs_mw2_re
         return;
     }
     m->pend[p] = (struct pending){.mw = mw, .rkey = rkey, .slot = slot, .qpn = asker,
-                                  .session = m->svc[slot].session};
+                                  .session = m->svc[slot].session, .app_qpn = q->qp_num};
 }
 
 static void bind_done(struct mw2 *m, unsigned p, enum ibv_wc_status st)
@@ -249,8 +251,10 @@ static void bind_done(struct mw2 *m, unsigned p, enum ibv_wc_status st)
         answer(m, b->slot, b->qpn, FMEM_EIO, 0);
         return;
     }
-    if (!bound_put(m, mw, b->session)) {
-        answer(m, b->slot, b->qpn, FMEM_ENOMEM, 0); /* the key stays live: unknown */
+    if (!bound_put(m, mw, b->session, b->app_qpn)) {
+        /* untracked, it could outlive its queue pair: destroy it now */
+        ibv_dealloc_mw(mw);
+        answer(m, b->slot, b->qpn, FMEM_ENOMEM, 0);
         return;
     }
     atomic_fetch_add(&m->binds, 1);
@@ -388,6 +392,18 @@ void mw2_forget(struct mw2 *m, struct ibv_qp *qp)
             break;
         }
     pthread_mutex_unlock(&m->mu);
+}
+
+bool mw2_qp_busy(struct mw2 *m, uint32_t qpn)
+{
+    bool busy = false;
+    pthread_mutex_lock(&m->mu);
+    for (unsigned p = 0; p < MAX_PENDING && !busy; p++)
+        busy = m->pend[p].mw && m->pend[p].app_qpn == qpn;
+    for (size_t i = 0; i < m->cbound && !busy; i++)
+        busy = m->bound[i].mw && m->bound[i].app_qpn == qpn;
+    pthread_mutex_unlock(&m->mu);
+    return busy;
 }
 
 unsigned mw2_fence(struct mw2 *m, uint64_t session)

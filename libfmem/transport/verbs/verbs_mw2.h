@@ -28,6 +28,13 @@ bool mw2_add(struct mw2 *m, struct ibv_qp *qp, bool service, uint64_t session);
 unsigned mw2_fence(struct mw2 *m, uint64_t session);
 /* Before its queue pair is destroyed. */
 void mw2_forget(struct mw2 *m, struct ibv_qp *qp);
+/* Whether a window is bound, or being bound, to the application queue pair
+ * numbered qpn. Such a queue pair must not be destroyed yet: a bound
+ * type-2 window holds a reference to its queue pair in the kernel, and
+ * rxe (Linux 6.1) frees a destroyed queue pair after 200 ms even when
+ * references remain; invalidating or destroying the window later then
+ * touches freed kernel memory. */
+bool mw2_qp_busy(struct mw2 *m, uint32_t qpn);
 struct mw2_stats {
     uint64_t binds, revokes, refused; /* refused: bind requests answered with an error */
     uint64_t bound;                   /* windows bound now */

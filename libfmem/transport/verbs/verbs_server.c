@@ -70,6 +70,11 @@ struct verbs_server {
     unsigned nfenced;
     unsigned flags;          /* VERBS_SERVER_* */
     struct mw2 *mw2;         /* mw=type2: applications' type-2B windows */
+    /* mw=type2: applications' connections that are gone but still have
+     * windows bound to their queue pairs (destroyed once they have none;
+     * only the event thread touches this) */
+    struct rdma_cm_id **zombies;
+    size_t nzombies, zombies_cap;
     atomic_int ready;        /* 1: windows bound; -1: setup failed */
     atomic_int stop;
     _Atomic uint64_t windows, regenerated, passes, regen_ns, setup_ns, quarantined;
@@ -582,10 +587,53 @@ static void accept_conn(struct verbs_server *s, struct rdma_cm_event *ev)
         pthread_mutex_unlock(&s->conns_mu);
 }
 
+static void destroy_conn(struct rdma_cm_id *id)
+{
+    rdma_destroy_qp(id);
+    rdma_destroy_id(id);
+}
+
+/* An application's connection under mw=type2 is gone: its queue pair (in
+ * the error state since the disconnect) is destroyed only once no window
+ * is bound or being bound to it (verbs_mw2.h, mw2_qp_busy); until then
+ * the keys of its windows can still be invalidated or destroyed safely. */
+static void app_conn_gone(struct verbs_server *s, struct rdma_cm_id *id)
+{
+    if (!mw2_qp_busy(s->mw2, id->qp->qp_num)) {
+        destroy_conn(id);
+        return;
+    }
+    if (s->nzombies == s->zombies_cap) {
+        size_t cap = s->zombies_cap ? 2 * s->zombies_cap : 64;
+        struct rdma_cm_id **z = realloc(s->zombies, cap * sizeof *z);
+        if (!z)
+            return; /* kept until the process exits: a leak, not a fault */
+        s->zombies = z;
+        s->zombies_cap = cap;
+    }
+    s->zombies[s->nzombies++] = id;
+}
+
+/* Destroy the departed applications' queue pairs that no window holds. */
+static void reap_zombies(struct verbs_server *s)
+{
+    for (size_t i = 0; i < s->nzombies;) {
+        struct rdma_cm_id *id = s->zombies[i];
+        if (mw2_qp_busy(s->mw2, id->qp->qp_num)) {
+            i++;
+            continue;
+        }
+        s->zombies[i] = s->zombies[--s->nzombies];
+        destroy_conn(id);
+    }
+}
+
 /* Handle one connection event (waiting up to timeout_ms). */
 static int serve_event(struct verbs_server *s, int timeout_ms)
 {
     struct pollfd pfd = {.fd = s->ec->fd, .events = POLLIN};
+    if (s->nzombies)
+        reap_zombies(s);
     if (poll(&pfd, 1, timeout_ms) <= 0)
         return 0;
     struct rdma_cm_event *ev;
@@ -599,10 +647,12 @@ static int serve_event(struct verbs_server *s, int timeout_ms)
     if (type == RDMA_CM_EVENT_DISCONNECTED && id->qp != s->bind_qp) {
         conn_forget(s, id);
         rdma_disconnect(id);
-        if (s->mw2 && id->qp)
+        if (s->mw2 && id->qp) {
             mw2_forget(s->mw2, id->qp);
-        rdma_destroy_qp(id);
-        rdma_destroy_id(id);
+            app_conn_gone(s, id);
+        } else {
+            destroy_conn(id);
+        }
     }
     return 0;
 }
@@ -746,6 +796,7 @@ void verbs_server_stop(struct verbs_server *s)
     /* queue pairs of connections still open go with the process */
     free(s->mw);
     free(s->conns);
+    free(s->zombies); /* their queue pairs go with the process */
     pthread_mutex_destroy(&s->conns_mu);
     free((void *)s->wk);
     free(s);
