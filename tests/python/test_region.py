@@ -108,6 +108,7 @@ def test_stats_show_paths_and_parameters():
     st = r.stats()
     assert st["paths"] == 4 and st["stripe_width"] == 4
     assert 1 <= st["io_width"] <= 16 and st["prefetch_units"] >= 0
+    assert st["tier_moves"] == 0  # memory nodes only: no tiers
     paths = st["path_stats"]
     assert [p["node"] for p in paths] == [0, 1, 2, 3]
     assert all(p["chunks"] > 0 and p["bytes_written"] > 0 for p in paths)

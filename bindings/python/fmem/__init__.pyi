@@ -116,6 +116,7 @@ class _RegionStats(TypedDict):
     write_pct: int
     refault_pct: int
     refault_dist: int
+    tier_moves: int
     path_stats: list[_RegionPath]
 
 class _HeapStats(TypedDict):

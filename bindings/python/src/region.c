@@ -201,7 +201,8 @@ PyDoc_STRVAR(stats_doc,
 "(the budget), releases, alloc_failures; over several memory nodes:\n"
 "paths, stripe_width, io_width and prefetch_units (the parameters in\n"
 "force), fault_rate, seq_pct, write_pct, refault_pct, refault_dist (what\n"
-"the placement policy measured), path_stats (a list of dicts per node:\n"
+"the placement policy measured), tier_moves (chunks moved between fast\n"
+"and slow nodes), path_stats (a list of dicts per node:\n"
 "node, placing, bytes_fetched, bytes_written, ops, busy_ns, bandwidth,\n"
 "chunks).");
 

@@ -75,6 +75,7 @@ describe("regions", function()
     local s = r:stats()
     assert.are.equal(4, s.paths)
     assert.are.equal(4, s.stripe_width)
+    assert.are.equal(0, s.tier_moves) -- memory nodes only: no tiers
     assert.truthy(s.io_width >= 1 and s.io_width <= 16, "io_width " .. s.io_width)
     assert.truthy(s.prefetch_units >= 0)
     assert.are.equal(4, #s.path_stats)
