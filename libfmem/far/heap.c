@@ -160,8 +160,9 @@ again:;
     struct slab *s = pagemap_get(&h->map, p);
     if (unlikely(!s))
         goto bad;
-    if (unlikely(s->kind == SLAB_ALIAS)) /* a merged slab's range */
-        s = compact_resolve(s, &p);
+    if (unlikely(s->kind == SLAB_ALIAS) && /* a merged slab's range */
+        unlikely(!(s = compact_resolve(s, &p))))
+        goto bad;
     if (unlikely(s->kind != SLAB_SMALL))
         return large_free(h, s, p);
     uint32_t off = (uint32_t)((char *)p - s->start);
@@ -210,8 +211,8 @@ static size_t usable(struct fmem_heap *h, const void *p, int *zeroed)
     struct slab *s = pagemap_get(&h->map, p);
     if (!s)
         return 0;
-    if (s->kind == SLAB_ALIAS)
-        s = compact_resolve(s, (void **)&p);
+    if (s->kind == SLAB_ALIAS && !(s = compact_resolve(s, (void **)&p)))
+        return 0;
     if (s->kind == SLAB_LARGE) {
         if (s->user != p)
             return 0;

@@ -67,7 +67,11 @@ struct heap_compact {
         size_t len;
     } *res;
     size_t nres;
+    pthread_mutex_t plock; /* the page aliases (chained through pnext) */
+    struct slab *palias;
 };
+
+#define NPAGES (SLAB_SIZE / HEAP_PAGE)
 
 /* ---- slots ------------------------------------------------------------- */
 
@@ -244,8 +248,51 @@ void compact_slot_put(struct fmem_heap *h, struct span *sp)
     fmem_free(h->pool, &sp->h);
 }
 
+static int page_map(char *src, char *at);
+static int page_zero(char *at);
+
+/* The pages of page aliases mapped onto s's chunk, which is about to go
+ * back to the pool, show a read-only zero page from now on; an alias none
+ * of whose pages maps a survivor any more goes too. */
+static void drop_page_aliases(struct fmem_heap *h, struct slab *s)
+{
+    struct heap_compact *c = h->compact;
+    struct slab *gone = NULL;
+    pthread_mutex_lock(&c->plock);
+    for (struct slab **pv = &c->palias, *v; s->hosting && (v = *pv) != NULL;) {
+        for (unsigned p = 0; p < NPAGES; p++)
+            if (v->page_into[p] == s) {
+                page_zero(v->start + p * HEAP_PAGE);
+                v->page_into[p] = NULL;
+                v->used--;
+                s->hosting--;
+            }
+        if (v->used == 0) {
+            *pv = v->pnext;
+            v->pnext = gone;
+            gone = v;
+        } else {
+            pv = &v->pnext;
+        }
+    }
+    pthread_mutex_unlock(&c->plock);
+    while (gone) {
+        struct slab *v = gone;
+        gone = v->pnext;
+        pagemap_set(&h->map, v->start, SLAB_SIZE, NULL);
+        slot_give(c, v->start, NULL);
+        v->pnext = NULL;
+        v->paged = 0;
+        v->kind = SLAB_SMALL;
+        atomic_store(&v->thread_free, NULL);
+        desc_free(h, v);
+    }
+}
+
 void compact_drop_aliases(struct fmem_heap *h, struct slab *s)
 {
+    if (s->hosting)
+        drop_page_aliases(h, s);
     while (s->merged) {
         struct slab *a = s->merged;
         s->merged = a->merged;
@@ -342,6 +389,11 @@ int compact_init(struct fmem_heap *h, const fmem_compact_policy *policy)
         free(c);
         return FMEM_ENOMEM;
     }
+    if (pthread_mutex_init(&c->plock, NULL)) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return FMEM_ENOMEM;
+    }
     policy_apply(c, policy);
     c->uffd = fence_open();
     h->compact = c;
@@ -366,6 +418,7 @@ void compact_destroy(struct fmem_heap *h)
     free(c->tab);
     free(c->bare);
     pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->plock);
     free(c);
     h->compact = NULL;
 }
@@ -542,6 +595,179 @@ static int merge(struct theap *th, struct cand *a, struct cand *b)
     return 0;
 }
 
+/* ---- page merging ------------------------------------------------------
+ * A slab that fits no survivor as a whole may still fit page by page: its
+ * 4 KiB page p is mapped onto page p of a survivor (the same page, so an
+ * object keeps its offset in the slab and its slot in the survivor) whose
+ * live objects on that page are disjoint from its own; its pages may go to
+ * different survivors, and pages without live objects show a read-only
+ * zero page. An object straddling two pages ties them to one survivor.
+ * Only a slab whose every live page finds a survivor is merged this way,
+ * so its whole chunk goes back to the pool. The slab becomes a page alias
+ * (SLAB_ALIAS, paged, page_into[]); its survivors count its pages in
+ * `hosting` and are never merged away themselves (they stay where they
+ * are until they empty, when drop_page_aliases unmaps those pages). */
+
+static int page_map(char *src, char *at)
+{
+    void *r = mremap(src, 0, HEAP_PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+    return r == MAP_FAILED ? FMEM_EIO : 0;
+}
+
+static int page_zero(char *at)
+{
+    void *r = mmap(at, HEAP_PAGE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+                   -1, 0);
+    return r == MAP_FAILED ? FMEM_EIO : 0;
+}
+
+/* Objects of s overlapping pages [p0, p1]: [*lo, *hi). */
+static void page_objs(const struct slab *s, unsigned p0, unsigned p1, uint32_t *lo, uint32_t *hi)
+{
+    *lo = (uint32_t)(p0 * HEAP_PAGE / s->obj_size);
+    uint32_t e = (uint32_t)(((p1 + 1) * HEAP_PAGE + s->obj_size - 1) / s->obj_size);
+    *hi = e < s->capacity ? e : s->capacity;
+}
+
+static uint64_t range_mask(uint32_t w, uint32_t lo, uint32_t hi)
+{
+    uint32_t a = w * 64 > lo ? 0 : lo - w * 64, b = hi - w * 64 >= 64 ? 64 : hi - w * 64;
+    uint64_t m = b == 64 ? ~(uint64_t)0 : ((uint64_t)1 << b) - 1;
+    return m & ~(((uint64_t)1 << a) - 1);
+}
+
+/* Whether a and b share a live object among [lo, hi) (hi > lo). */
+static int range_overlap(const uint64_t *a, const uint64_t *b, uint32_t lo, uint32_t hi)
+{
+    for (uint32_t w = lo / 64; w <= (hi - 1) / 64; w++)
+        if (a[w] & b[w] & range_mask(w, lo, hi))
+            return 1;
+    return 0;
+}
+
+static int range_any(const uint64_t *a, uint32_t lo, uint32_t hi)
+{
+    return range_overlap(a, a, lo, hi);
+}
+
+static int live_at(const uint64_t *b, uint32_t i)
+{
+    return b[i / 64] >> (i % 64) & 1;
+}
+
+/* A survivor for every live page of c[i] among the slabs kept so far
+ * (c[i+1..k-1] not dead), first fit from the fullest: 1 and host[], or 0. */
+static int page_place(struct cand *c, size_t k, size_t i, struct cand **host)
+{
+    struct cand *v = &c[i];
+    const struct slab *s = v->s;
+    for (unsigned p = 0; p < NPAGES;) {
+        unsigned q = p; /* the group [p, q]: joined by live straddling objects */
+        for (;;) {
+            size_t b = (size_t)(q + 1) * HEAP_PAGE;
+            uint32_t idx = (uint32_t)(b / s->obj_size);
+            if (q + 1 < NPAGES && b % s->obj_size && idx < s->capacity && live_at(v->live, idx))
+                q++;
+            else
+                break;
+        }
+        uint32_t lo, hi;
+        page_objs(s, p, q, &lo, &hi);
+        struct cand *to = NULL;
+        if (hi > lo && range_any(v->live, lo, hi)) {
+            for (size_t j = k; --j > i;)
+                if (!c[j].dead && !range_overlap(c[j].live, v->live, lo, hi)) {
+                    to = &c[j];
+                    break;
+                }
+            if (!to)
+                return 0;
+        }
+        for (; p <= q; p++)
+            host[p] = to;
+    }
+    return 1;
+}
+
+/* v's live objects into their survivors' chunks, v's pages onto those
+ * chunks (or the zero page), v's chunk back. The caller holds off remote
+ * frees (slab_lock) of v and of every survivor. */
+static int page_merge(struct theap *th, struct cand *v, struct cand **host)
+{
+    struct fmem_heap *h = th->heap;
+    struct heap_compact *c = h->compact;
+    struct slab *sv = v->s;
+    if (fence_up(c, sv))
+        return FMEM_EIO;
+    for (unsigned p = 0; p < NPAGES; p++)
+        if (host[p])
+            host[p]->rebuilt = 1;
+    size_t words = (sv->capacity + 63) / 64;
+    for (size_t w = 0; w < words; w++) /* through the pool's mappings */
+        for (uint64_t bits = v->live[w]; bits; bits &= bits - 1) {
+            size_t off = (w * 64 + (size_t)__builtin_ctzll(bits)) * sv->obj_size;
+            memcpy(host[off / HEAP_PAGE]->s->span.src + off, sv->span.src + off, sv->obj_size);
+        }
+    hook(1);
+    int rc = 0;
+    unsigned p;
+    for (p = 0; p < NPAGES && rc == 0; p++) {
+        char *at = sv->start + p * HEAP_PAGE;
+        rc = host[p] ? page_map(host[p]->s->span.src + p * HEAP_PAGE, at) : page_zero(at);
+    }
+    if (rc) { /* the pages show v's chunk again */
+        for (unsigned q = 0; q < p; q++)
+            page_map(sv->span.src + q * HEAP_PAGE, sv->start + q * HEAP_PAGE);
+        if (c->uffd >= 0)
+            fence_undo(c->uffd, sv->start);
+        fence_down(c, sv);
+        return rc;
+    }
+    fence_down(c, sv);
+    hook(2);
+    uint32_t pages = 0;
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t bits = v->live[w]; bits; bits &= bits - 1) {
+            uint32_t i = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(bits));
+            struct cand *a = host[(size_t)i * sv->obj_size / HEAP_PAGE];
+            a->live[w] |= (uint64_t)1 << (i % 64);
+            a->s->used++;
+            if (i >= a->s->bump)
+                a->s->bump = i + 1;
+        }
+    fmem_handle chunk = sv->span.h;
+    slab_unlink(th, sv);
+    for (p = 0; p < NPAGES; p++) {
+        sv->page_into[p] = host[p] ? host[p]->s : NULL;
+        if (host[p]) {
+            host[p]->s->hosting++;
+            pages++;
+        }
+    }
+    sv->into = NULL;
+    sv->paged = 1;
+    sv->kind = SLAB_ALIAS;
+    sv->used = pages; /* pages still mapped onto a survivor */
+    sv->free = sv->local_free = NULL;
+    sv->span.src = NULL;
+    memset(&sv->span.h, 0, sizeof sv->span.h);
+    atomic_store_explicit(&sv->owner, NULL, memory_order_relaxed);
+    pthread_mutex_lock(&c->plock);
+    sv->pnext = c->palias;
+    c->palias = sv;
+    pthread_mutex_unlock(&c->plock);
+    atomic_store(&sv->thread_free, TF_FORWARD); /* waiting freers retry */
+    v->dead = 1;
+    hook(3);
+    fmem_free(h->pool, &chunk);
+    heap_account(h, -(int64_t)SLAB_SIZE);
+    atomic_fetch_sub(&h->st.slabs, 1);
+    atomic_fetch_add(&h->st.merges, 1);
+    atomic_fetch_add(&h->st.page_merges, 1);
+    atomic_fetch_add(&h->st.compact_bytes, SLAB_SIZE);
+    return 0;
+}
+
 static int cand_cmp(const void *x, const void *y)
 {
     const struct cand *a = x, *b = y;
@@ -594,20 +820,26 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
      * first (fullest) slab kept so far whose live objects it does not
      * overlap, or is kept itself. (Least used victims into the fullest
      * survivor left about 5-15 % more slabs: fmem-fragbench --analyze.) */
+    struct cand *host[NPAGES];
     for (size_t i = k; i-- > 0;) {
         struct cand *v = &c[i];
         uint64_t cost = (uint64_t)v->s->used * v->s->obj_size;
-        if (cost > *left)
+        if (cost > *left || v->s->hosting) /* page survivors stay */
             continue;
-        for (size_t j = k; --j > i;) {
+        size_t j;
+        for (j = k; --j > i;) {
             struct cand *a = &c[j];
-            if (a->dead || a->s->used + v->s->used > cap || !disjoint(a->live, v->live, words))
-                continue;
-            if (merge(th, a, v) == 0) {
-                *left -= cost;
-                got += (int64_t)SLAB_SIZE;
-            }
-            break;
+            if (!a->dead && a->s->used + v->s->used <= cap && disjoint(a->live, v->live, words))
+                break;
+        }
+        int rc = 1;
+        if (j > i) /* the whole slab fits one survivor */
+            rc = merge(th, &c[j], v);
+        else if (!v->s->merged && page_place(c, k, i, host)) /* page by page */
+            rc = page_merge(th, v, host);
+        if (rc == 0) {
+            *left -= cost;
+            got += (int64_t)SLAB_SIZE;
         }
     }
     unlock_all(h, c, k);
@@ -630,7 +862,7 @@ int compact_merge_pair(struct theap *th, struct slab *a, struct slab *b)
 {
     if (!th || !a || !b)
         return FMEM_EINVAL;
-    if (a == b || a->kind == SLAB_ALIAS || b->kind == SLAB_ALIAS)
+    if (a == b || a->kind == SLAB_ALIAS || b->kind == SLAB_ALIAS || b->hosting)
         return FMEM_EBUSY;
     if (a->kind != SLAB_SMALL || b->kind != SLAB_SMALL || a->cls != b->cls ||
         !th->heap->compact || atomic_load(&a->owner) != th || atomic_load(&b->owner) != th ||
@@ -714,6 +946,8 @@ void compact_fork_child(struct fmem_heap *h)
             privatize(c->tab[i].slot);
             c->tab[i].src = TOMB; /* matches no chunk */
         }
+    for (struct slab *v = c->palias; v; v = v->pnext)
+        privatize(v->start); /* its zero pages become writable zeros */
     for (struct theap *th = h->theaps; th; th = th->next) {
         for (unsigned c = 0; c < NCLASSES; c++) {
             privatize_list(th->avail[c]);

@@ -31,15 +31,20 @@ int compact_random_placement(const struct fmem_heap *h);
  * on the free list, in random order. */
 void compact_extend_random(struct slab *s);
 
-/* A pointer into an alias: the survivor, *p moved into its range. */
+/* A pointer into an alias: the survivor, *p moved into its range (the
+ * same offset: a page alias's pages map the same page of their survivors),
+ * or NULL (a page of a page alias that holds no object). */
 static inline struct slab *compact_resolve(struct slab *alias, void **p)
 {
-    struct slab *a = alias->into;
-    *p = a->start + ((char *)*p - alias->start);
+    size_t off = (size_t)((char *)*p - alias->start);
+    struct slab *a = alias->paged ? alias->page_into[off / HEAP_PAGE] : alias->into;
+    if (a)
+        *p = a->start + off;
     return a;
 }
 
-/* A survivor goes back to the pool: its aliases' ranges go too. */
+/* A survivor goes back to the pool: its aliases' ranges go too, and the
+ * pages of page aliases mapped onto it show a zero page from then on. */
 void compact_drop_aliases(struct fmem_heap *h, struct slab *s);
 
 /* In a fork child: slab ranges become private copies (heap_thread.c). */
@@ -51,7 +56,8 @@ void compact_auto(struct theap *th);
 
 /* Merge b into a (both of th, which the caller has exclusive access to):
  * 0, or FMEM_EBUSY (a or b is an alias - a merged range is never merged
- * again - or a == b; a survivor with aliases may be merged, its aliases
+ * again - or a == b, or b has pages of page aliases mapped onto its chunk;
+ * a survivor with aliases may be merged, its aliases
  * move with it), FMEM_EINVAL (other class or heap,
  * or a large slab), FMEM_ERANGE (live offsets overlap), FMEM_EIO (the
  * remap failed; nothing changed). For tests; fmem_heap_compact picks

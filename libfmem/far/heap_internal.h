@@ -100,6 +100,13 @@ struct slab {
     /* compaction: a survivor's merged ranges (alias descriptors, chained
      * through `merged`), and an alias's survivor */
     struct slab *merged, *into;
+    /* page merging (heap_compact.c): a page alias's survivor per 4 KiB
+     * page (NULL: the page maps a read-only zero page), the next page alias
+     * of the heap; a slab's count of alias pages mapped onto its chunk */
+    struct slab *page_into[SLAB_SIZE / HEAP_PAGE];
+    struct slab *pnext;
+    uint32_t hosting;
+    uint8_t paged; /* SLAB_ALIAS merged page by page: page_into[] */
 };
 
 /* thread_free values other than a free list (heap_compact.h) */
@@ -192,7 +199,7 @@ struct fmem_heap {
     struct heap_counters {
         _Atomic uint64_t remote_bytes, remote_peak, slabs, large, slab_allocs, slab_frees,
             double_frees, bad_frees, stray_frees, large_mallocs, large_frees, merges,
-            compact_bytes;
+            compact_bytes, page_merges;
     } st;
     struct heap_compact *compact; /* compactable heaps only (heap_compact.h) */
     struct fmem_heap *next_live;

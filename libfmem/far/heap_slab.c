@@ -118,7 +118,9 @@ static void slab_init(struct slab *s, struct theap *th, unsigned cls)
     s->kind = SLAB_SMALL;
     s->free = s->local_free = NULL;
     s->user = NULL;
-    s->merged = s->into = NULL;
+    s->merged = s->into = s->pnext = NULL;
+    s->hosting = 0;
+    s->paged = 0;
     s->random = (uint8_t)compact_random_placement(th->heap);
     atomic_store_explicit(&s->thread_free, NULL, memory_order_relaxed);
     atomic_store_explicit(&s->full_state, NOT_FULL, memory_order_relaxed);
@@ -156,7 +158,7 @@ static struct slab *slab_new(struct theap *th, unsigned cls)
 
 static void slab_to_pool(struct fmem_heap *h, struct slab *s)
 {
-    if (s->merged)
+    if (s->merged || s->hosting)
         compact_drop_aliases(h, s);
     pagemap_set(&h->map, s->start, SLAB_SIZE, NULL);
     atomic_store_explicit(&s->owner, NULL, memory_order_relaxed);
@@ -172,7 +174,7 @@ static void slab_release(struct theap *th, struct slab *s, int to_pool)
 {
     list_remove(list_of(th, s), s);
     s->list = LIST_NONE;
-    if (!to_pool && th->nspare < SPARE_MAX && !s->merged) {
+    if (!to_pool && th->nspare < SPARE_MAX && !s->merged && !s->hosting) {
         s->capacity = 0; /* frees into a spare are refused */
         s->next = th->spare;
         th->spare = s;
