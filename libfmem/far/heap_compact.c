@@ -655,9 +655,9 @@ static int live_at(const uint64_t *b, uint32_t i)
     return b[i / 64] >> (i % 64) & 1;
 }
 
-/* A survivor for every live page of c[i] among the slabs kept so far
- * (c[i+1..k-1] not dead), first fit from the fullest: 1 and host[], or 0. */
-static int page_place(struct cand *c, size_t k, size_t i, struct cand **host)
+/* A survivor for every live page of c[i] among c[from..k-1] (not dead,
+ * not c[i]), first fit from the fullest: 1 and host[], or 0. */
+static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct cand **host)
 {
     struct cand *v = &c[i];
     const struct slab *s = v->s;
@@ -675,8 +675,8 @@ static int page_place(struct cand *c, size_t k, size_t i, struct cand **host)
         page_objs(s, p, q, &lo, &hi);
         struct cand *to = NULL;
         if (hi > lo && range_any(v->live, lo, hi)) {
-            for (size_t j = k; --j > i;)
-                if (!c[j].dead && !range_overlap(c[j].live, v->live, lo, hi)) {
+            for (size_t j = k; j-- > from;)
+                if (j != i && !c[j].dead && !range_overlap(c[j].live, v->live, lo, hi)) {
                     to = &c[j];
                     break;
                 }
@@ -835,7 +835,7 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
         int rc = 1;
         if (j > i) /* the whole slab fits one survivor */
             rc = merge(th, &c[j], v);
-        else if (!v->s->merged && page_place(c, k, i, host)) /* page by page */
+        else if (!v->s->merged && page_place(c, k, i, i + 1, host)) /* page by page */
             rc = page_merge(th, v, host);
         if (rc == 0) {
             *left -= cost;

@@ -1,0 +1,408 @@
+/* test_compact_pages.c - page-by-page merging of compactable heaps: a slab
+ * that fits no other slab as a whole goes page by page onto several
+ * survivors (objects checked against shadow copies through both
+ * addresses), its empty pages read as zeros and refuse frees and writes,
+ * a survivor that empties takes the alias pages on it along, merged and
+ * hosting slabs are never merged again, frees racing page merges land,
+ * and a crash during a page merge loses no chunk. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmem.h>
+#include <fmem_admin.h>
+#include <fmem_far.h>
+
+#include "heap_compact.h"
+#include "heap_internal.h"
+
+static char uri[128];
+static fmem_pool *pool;
+
+static void pool_up(void)
+{
+    snprintf(uri, sizeof uri, "shm:/fmem-pagemerge-%d?size=256M", getpid());
+    cr_assert_eq(fmem_open(uri, &pool), 0);
+}
+
+static void pool_down(void)
+{
+    fmem_close(pool);
+    fmem_unlink(uri);
+}
+
+static void fill(void *p, size_t n, uint64_t seed)
+{
+    unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(seed * 131 + i * 7 + (seed >> 8));
+}
+
+static int same(const void *p, size_t n, uint64_t seed)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != (unsigned char)(seed * 131 + i * 7 + (seed >> 8)))
+            return 0;
+    return 1;
+}
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint64_t xs(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+#define CAP (FMEM_HEAP_SLAB_SIZE / 64) /* 64 B objects, 64 a page */
+#define SLAB_OF(p) ((char *)((uintptr_t)(p) & ~(uintptr_t)(FMEM_HEAP_SLAB_SIZE - 1)))
+
+/* Which objects each of three slabs keeps: A (role 0) [0,48) of pages 0-7
+ * and [0,16) of pages 8-15, C (role 2) the other way round, B (role 1)
+ * [16,40) of pages 0-14 and nothing on page 15. A and C overlap, and B
+ * overlaps both as a whole; but B's pages 0-7 fit C and its pages 8-14
+ * fit A. */
+static int keeps(int role, size_t idx)
+{
+    size_t pg = idx / 64, in = idx % 64;
+    switch (role) {
+    case 0: return pg < 8 ? in < 48 : in < 16;
+    case 1: return pg < 15 && in >= 16 && in < 40;
+    default: return pg < 8 ? in < 16 : in < 48;
+    }
+}
+
+struct layout {
+    void *o[3][CAP];
+    char *base[3];
+};
+
+static void make_layout(fmem_heap *h, struct layout *l)
+{
+    memset(l, 0, sizeof *l);
+    for (int r = 0; r < 3; r++)
+        for (size_t i = 0; i < CAP; i++) {
+            void *p = fmem_heap_malloc(h, 64);
+            cr_assert_not_null(p);
+            if (i == 0)
+                l->base[r] = SLAB_OF(p);
+            cr_assert_eq(SLAB_OF(p), l->base[r], "a fresh slab per 1024 objects");
+            size_t idx = (size_t)((char *)p - l->base[r]) / 64;
+            cr_assert_null(l->o[r][idx]);
+            l->o[r][idx] = p;
+            fill(p, 64, (uint64_t)r * 100000 + idx);
+        }
+    for (int r = 0; r < 3; r++)
+        for (size_t i = 0; i < CAP; i++)
+            if (!keeps(r, i)) {
+                cr_assert_eq(fmem_heap_free(h, l->o[r][i]), 0);
+                l->o[r][i] = NULL;
+            }
+}
+
+/* B's object i lives in this survivor's chunk */
+static char *host_of(const struct layout *l, size_t i)
+{
+    return l->base[i / 64 < 8 ? 2 : 0] + i * 64;
+}
+
+static sigjmp_buf jb;
+static void on_segv(int sig)
+{
+    (void)sig;
+    siglongjmp(jb, 1);
+}
+
+/* 1 if writing a byte at p faults (p unchanged then) */
+static int write_faults(volatile char *p)
+{
+    struct sigaction sa = {.sa_handler = on_segv}, old;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old);
+    int faulted = 1;
+    if (sigsetjmp(jb, 1) == 0) {
+        *p = 1;
+        faulted = 0;
+    }
+    sigaction(SIGSEGV, &old, NULL);
+    return faulted;
+}
+
+TestSuite(pagemerge, .init = pool_up, .fini = pool_down, .timeout = 120);
+
+Test(pagemerge, a_slab_goes_page_by_page_onto_two_survivors)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static struct layout l;
+    make_layout(h, &l);
+    fmem_heap_stats_t st0, st1;
+    fmem_heap_stats(h, &st0);
+    cr_assert_eq(fmem_heap_compact(h, 0), FMEM_HEAP_SLAB_SIZE, "B merged page by page");
+    fmem_heap_stats(h, &st1);
+    cr_assert_eq(st0.remote_bytes - st1.remote_bytes, FMEM_HEAP_SLAB_SIZE);
+    cr_assert_eq(atomic_load(&h->st.page_merges), 1);
+    struct slab *sa = pagemap_get(&h->map, l.base[0]), *sb = pagemap_get(&h->map, l.base[1]),
+                *sc = pagemap_get(&h->map, l.base[2]);
+    cr_assert_eq(sb->kind, SLAB_ALIAS);
+    cr_assert(sb->paged);
+    cr_assert_eq(sb->page_into[0], sc);
+    cr_assert_eq(sb->page_into[8], sa);
+    cr_assert_null(sb->page_into[15]);
+    for (int r = 0; r < 3; r++)
+        for (size_t i = 0; i < CAP; i++)
+            if (l.o[r][i])
+                cr_assert(same(l.o[r][i], 64, (uint64_t)r * 100000 + i), "slab %d object %zu",
+                          r, i);
+    for (size_t i = 0; i < CAP; i++)
+        if (l.o[1][i]) { /* one object through both addresses */
+            char *twin = host_of(&l, i);
+            cr_assert(same(twin, 64, 100000 + i), "the survivor shows object %zu", i);
+            memset(l.o[1][i], 0x5A, 64);
+            cr_assert_eq((unsigned char)twin[63], 0x5A);
+            fill(twin, 64, 100000 + i);
+            cr_assert(same(l.o[1][i], 64, 100000 + i));
+        }
+    /* the empty page reads zeros and is no object */
+    char *empty = l.base[1] + 15 * 4096;
+    for (size_t i = 0; i < 4096; i++)
+        cr_assert_eq(empty[i], 0);
+    cr_assert_eq(fmem_heap_free(h, empty), FMEM_EINVAL);
+    cr_assert_eq(fmem_heap_usable_size(h, empty), 0);
+    cr_assert(write_faults(empty + 64), "a write to the empty page faults");
+    /* double merges refused: B is an alias, A and C hold its pages */
+    struct theap *th = theap_peek(h);
+    cr_assert_eq(compact_merge_pair(th, sa, sb), FMEM_EBUSY);
+    cr_assert_eq(compact_merge_pair(th, sc, sa), FMEM_EBUSY);
+    cr_assert_eq(compact_merge_pair(th, sa, sc), FMEM_EBUSY);
+    cr_assert_eq(fmem_heap_compact(h, 0), 0, "nothing left to merge");
+    /* new objects never land on B's objects */
+    void *extra[2000];
+    for (int i = 0; i < 2000; i++) {
+        cr_assert_not_null(extra[i] = fmem_heap_malloc(h, 64));
+        memset(extra[i], 0xEE, 64);
+    }
+    for (size_t i = 0; i < CAP; i++)
+        if (l.o[1][i])
+            cr_assert(same(l.o[1][i], 64, 100000 + i), "object %zu overwritten", i);
+    for (int i = 0; i < 2000; i++)
+        cr_assert_eq(fmem_heap_free(h, extra[i]), 0);
+    /* a free through B lands in the survivor: a second one through the
+     * survivor's address is a double free */
+    cr_assert_eq(fmem_heap_usable_size(h, l.o[1][16]), 64);
+    cr_assert_eq(fmem_heap_free(h, l.o[1][16]), 0);
+    cr_assert_eq(fmem_heap_free(h, host_of(&l, 16)), FMEM_EDOUBLEFREE);
+    l.o[1][16] = NULL;
+    for (int r = 0; r < 3; r++)
+        for (size_t i = 0; i < CAP; i++)
+            if (l.o[r][i])
+                cr_assert_eq(fmem_heap_free(h, l.o[r][i]), 0);
+    fmem_heap_collect(h);
+    fmem_heap_stats(h, &st1);
+    cr_assert_eq(st1.slabs, 0);
+    cr_assert_eq(st1.remote_bytes, 0);
+    cr_assert_null(pagemap_get(&h->map, l.base[1]), "the alias went with its survivors");
+    fmem_heap_destroy(h);
+    fmem_stats_t ps;
+    fmem_stats(pool, &ps);
+    cr_assert_eq(ps.allocated_bytes, 0, "the pool got every chunk back");
+}
+
+/* One survivor empties: the alias pages on it read zeros from then on,
+ * those on the other survivor keep their objects. */
+Test(pagemerge, a_survivor_that_empties_takes_its_alias_pages)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static struct layout l;
+    make_layout(h, &l);
+    cr_assert_eq(fmem_heap_compact(h, 0), FMEM_HEAP_SLAB_SIZE);
+    for (size_t i = 0; i < CAP; i++) { /* C and B's objects on it */
+        if (l.o[2][i])
+            cr_assert_eq(fmem_heap_free(h, l.o[2][i]), 0);
+        if (l.o[1][i] && i / 64 < 8)
+            cr_assert_eq(fmem_heap_free(h, l.o[1][i]), 0);
+        l.o[2][i] = NULL;
+        if (i / 64 < 8)
+            l.o[1][i] = NULL;
+    }
+    fmem_heap_collect(h);
+    cr_assert_null(pagemap_get(&h->map, l.base[2]), "C went back");
+    struct slab *sb = pagemap_get(&h->map, l.base[1]);
+    cr_assert_not_null(sb);
+    cr_assert_null(sb->page_into[0]);
+    cr_assert_eq(sb->used, 7, "B's pages 8-14 are still on A");
+    for (size_t i = 0; i < 4096; i++)
+        cr_assert_eq(l.base[1][i], 0);
+    cr_assert_eq(fmem_heap_free(h, l.base[1] + 16 * 64), FMEM_EINVAL);
+    for (size_t i = 0; i < CAP; i++)
+        if (l.o[1][i])
+            cr_assert(same(l.o[1][i], 64, 100000 + i));
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < CAP; i++)
+            if (l.o[r][i])
+                cr_assert_eq(fmem_heap_free(h, l.o[r][i]), 0);
+    fmem_heap_collect(h);
+    fmem_heap_stats_t st;
+    fmem_heap_stats(h, &st);
+    cr_assert_eq(st.remote_bytes, 0);
+    cr_assert_null(pagemap_get(&h->map, l.base[1]));
+    fmem_heap_destroy(h);
+}
+
+/* Objects straddling pages (48 and 112 B): every object intact. */
+Test(pagemerge, straddling_objects_keep_their_content)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    enum { N = 40000 };
+    void **obj = calloc(N, sizeof *obj);
+    size_t *len = calloc(N, sizeof *len);
+    for (size_t i = 0; i < N; i++) {
+        len[i] = xs() % 2 ? 48 : 112;
+        cr_assert_not_null(obj[i] = fmem_heap_malloc(h, len[i]));
+        fill(obj[i], len[i], i);
+    }
+    for (size_t i = 0; i < N; i++)
+        if (xs() % 100 < 88) {
+            cr_assert_eq(fmem_heap_free(h, obj[i]), 0);
+            obj[i] = NULL;
+        }
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    cr_assert_gt(atomic_load(&h->st.page_merges), 0, "no page merge");
+    for (size_t i = 0; i < N; i++)
+        if (obj[i]) {
+            cr_assert(same(obj[i], len[i], i), "object %zu (%zu B) changed", i, len[i]);
+            cr_assert_eq(fmem_heap_usable_size(h, obj[i]), len[i]);
+            fill(obj[i], len[i], i + 3);
+        }
+    for (size_t i = 0; i < N; i++)
+        if (obj[i]) {
+            cr_assert(same(obj[i], len[i], i + 3), "object %zu", i);
+            cr_assert_eq(fmem_heap_free(h, obj[i]), 0);
+        }
+    fmem_heap_collect(h);
+    fmem_heap_stats_t st;
+    fmem_heap_stats(h, &st);
+    cr_assert_eq(st.remote_bytes, 0);
+    cr_assert_eq(st.bad_frees + st.double_frees, 0);
+    fmem_heap_destroy(h);
+    free(obj);
+    free(len);
+}
+
+/* ---- other threads free objects of the slabs being merged -------------- */
+
+static struct layout race_l;
+static fmem_heap *race_heap;
+static atomic_int race_go;
+
+static void *race_freer(void *arg)
+{
+    int r = (int)(uintptr_t)arg;
+    while (!atomic_load(&race_go))
+        ;
+    for (size_t i = 0; i < CAP; i++) /* every other object of slab r */
+        if (race_l.o[r][i] && i % 2 == 0 && fmem_heap_free(race_heap, race_l.o[r][i]) != 0)
+            return (void *)1;
+    return NULL;
+}
+
+Test(pagemerge, frees_race_page_merges, .timeout = 180)
+{
+    for (int round = 0; round < 20; round++) {
+        cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &race_heap), 0);
+        make_layout(race_heap, &race_l);
+        atomic_store(&race_go, 0);
+        pthread_t t[3];
+        for (int r = 0; r < 3; r++)
+            pthread_create(&t[r], NULL, race_freer, (void *)(uintptr_t)r);
+        atomic_store(&race_go, 1);
+        int64_t got = fmem_heap_compact(race_heap, 0);
+        cr_assert_geq(got, 0);
+        for (int r = 0; r < 3; r++) {
+            void *rv;
+            pthread_join(t[r], &rv);
+            cr_assert_null(rv, "a free was refused");
+        }
+        for (int r = 0; r < 3; r++)
+            for (size_t i = 0; i < CAP; i++)
+                if (race_l.o[r][i] && i % 2) {
+                    cr_assert(same(race_l.o[r][i], 64, (uint64_t)r * 100000 + i));
+                    cr_assert_eq(fmem_heap_free(race_heap, race_l.o[r][i]), 0);
+                }
+        fmem_heap_collect(race_heap);
+        fmem_heap_stats_t st;
+        fmem_heap_stats(race_heap, &st);
+        cr_assert_eq(st.remote_bytes, 0, "round %d: a free got lost", round);
+        cr_assert_eq(st.bad_frees + st.double_frees, 0);
+        fmem_heap_destroy(race_heap);
+    }
+}
+
+/* ---- crash during a page merge ------------------------------------------ */
+
+static int crash_step;
+static void crash_hook(int step)
+{
+    if (step == crash_step)
+        kill(getpid(), SIGKILL);
+}
+
+static void crash_at(int step)
+{
+    char u[160];
+    snprintf(u, sizeof u, "shm:/fmem-pagemerge-crash-%d-%d?size=64M", getpid(), step);
+    fmem_pool *p;
+    cr_assert_eq(fmem_open(u, &p), 0);
+    unsigned *child_uid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        fmem_pool *cp;
+        fmem_heap *h;
+        if (fmem_open(u, &cp) || fmem_heap_new_compactable(cp, NULL, &h))
+            _exit(3);
+        *child_uid = fmem_user_id(cp, 0);
+        static struct layout l; /* only page merges are possible here */
+        make_layout(h, &l);
+        crash_step = step;
+        heap_compact_hook = crash_hook;
+        fmem_heap_compact(h, 0);
+        _exit(5); /* the crash point was not reached */
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "step %d: status %#x", step,
+              status);
+    fmem_stats_t st;
+    fmem_stats(p, &st);
+    cr_assert_gt(st.allocated_bytes, 0, "the dead child's chunks are still allocated");
+    fmem_recovery_stats rs;
+    cr_assert_eq(fmem_recover(p, *child_uid, &rs), 0);
+    fmem_verify_report vr;
+    cr_assert_eq(fmem_verify(p, &vr, stderr), 0);
+    cr_expect_eq(vr.errors, 0, "verifier dirty after a crash at step %d", step);
+    fmem_stats(p, &st);
+    cr_expect_eq(st.allocated_bytes, 0, "step %d: %llu bytes lost", step,
+                 (unsigned long long)st.allocated_bytes);
+    fmem_handle all; /* every chunk is back: the whole pool is one block */
+    cr_expect_eq(fmem_alloc(p, st.capacity_bytes, &all), 0);
+    fmem_close(p);
+    munmap(child_uid, 4096);
+    fmem_unlink(u);
+}
+
+Test(pagemerge, crash_after_page_copy_loses_no_chunk) { crash_at(1); }
+Test(pagemerge, crash_after_page_remap_loses_no_chunk) { crash_at(2); }
+Test(pagemerge, crash_before_victim_chunk_free_loses_no_chunk) { crash_at(3); }
