@@ -47,6 +47,7 @@ static inline void hook(int step)
 struct heap_compact {
     pthread_mutex_t lock; /* the slot lists */
     int uffd;             /* the write fence's userfaultfd, -1: none */
+    int pages;            /* merge page by page too (FMEM_COMPACT_PAGES) */
     _Atomic uint32_t flags;
     _Atomic uint32_t interval;
     _Atomic uint64_t budget;
@@ -396,6 +397,8 @@ int compact_init(struct fmem_heap *h, const fmem_compact_policy *policy)
     }
     policy_apply(c, policy);
     c->uffd = fence_open();
+    const char *e = getenv("FMEM_COMPACT_PAGES"); /* "0": whole slabs only */
+    c->pages = !(e && strcmp(e, "0") == 0);
     h->compact = c;
     struct span probe; /* can this pool's chunks be mapped twice? */
     if ((rc = compact_slot_get(h, &probe)) == 0) {
@@ -835,7 +838,7 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
         int rc = 1;
         if (j > i) /* the whole slab fits one survivor */
             rc = merge(th, &c[j], v);
-        else if (!v->s->merged && page_place(c, k, i, i + 1, host)) /* page by page */
+        else if (h->compact->pages && !v->s->merged && page_place(c, k, i, i + 1, host)) /* page by page */
             rc = page_merge(th, v, host);
         if (rc == 0) {
             *left -= cost;
