@@ -320,6 +320,7 @@ static void *race_freer(void *arg)
 
 Test(pagemerge, frees_race_page_merges, .timeout = 180)
 {
+    uint64_t paged = 0;
     for (int round = 0; round < 20; round++) {
         cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &race_heap), 0);
         make_layout(race_heap, &race_l);
@@ -346,8 +347,10 @@ Test(pagemerge, frees_race_page_merges, .timeout = 180)
         fmem_heap_stats(race_heap, &st);
         cr_assert_eq(st.remote_bytes, 0, "round %d: a free got lost", round);
         cr_assert_eq(st.bad_frees + st.double_frees, 0);
+        paged += atomic_load(&race_heap->st.page_merges);
         fmem_heap_destroy(race_heap);
     }
+    cr_assert_gt(paged, 0, "no round merged page by page");
 }
 
 /* ---- crash during a page merge ------------------------------------------ */
