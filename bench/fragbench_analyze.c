@@ -19,6 +19,9 @@
  *             (the order heap_compact.c uses)
  *   bound     the most units any one granule position is live in: no
  *             offset-preserving scheme can end with fewer units
+ * For 4 KiB units a last line gives ffd among pages of the same index in
+ * their slabs only (what page merges that keep an object's offset in the
+ * slab, as heap_compact.c's, could reach if each page were a chunk).
  * The totals turn the units into bytes and divide by the live bytes. */
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +69,7 @@ static int rec_cmp(const void *x, const void *y)
 struct unit {
     uint64_t *bits;
     uint32_t used; /* live granules */
+    uintptr_t base;
 };
 
 static int unit_cmp(const void *x, const void *y)
@@ -149,8 +153,28 @@ static size_t ffd(const struct unit *u0, size_t n, size_t w)
 }
 
 struct level_total {
-    size_t units, k2, kway, ffd, bound;
+    size_t units, k2, kway, ffd, bound, same;
 };
+
+/* 4 KiB units: first fit decreasing among the pages at the same index of
+ * their 64 KiB slabs only (a page that keeps its offset in the slab, as
+ * heap_compact.c's page merges do) */
+static size_t ffd_same_index(const struct unit *u, size_t n, size_t w)
+{
+    struct unit *sub = malloc((n ? n : 1) * sizeof *sub);
+    if (!sub)
+        return n;
+    size_t total = 0;
+    for (uintptr_t idx = 0; idx < SLAB / 4096; idx++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if ((u[i].base & (SLAB - 1)) / 4096 == idx)
+                sub[m++] = u[i];
+        total += m ? ffd(sub, m, w) : 0;
+    }
+    free(sub);
+    return total;
+}
 
 static void analyze_class(unsigned cls, const struct rec *r, size_t nr, uintptr_t unit, FILE *out,
                           struct level_total *t)
@@ -171,6 +195,7 @@ static void analyze_class(unsigned cls, const struct rec *r, size_t nr, uintptr_
         if (i > 0 && r[i].base != r[i - 1].base)
             k++;
         u[k].bits = bits + k * w;
+        u[k].base = r[i].base;
         for (uint32_t x = r[i].g0; x < r[i].g1; x++)
             if (!(u[k].bits[x / 64] >> (x % 64) & 1)) {
                 u[k].bits[x / 64] |= (uint64_t)1 << (x % 64);
@@ -207,6 +232,8 @@ static void analyze_class(unsigned cls, const struct rec *r, size_t nr, uintptr_
     t->kway += kw;
     t->ffd += ff;
     t->bound += bound;
+    if (unit == 4096)
+        t->same += ffd_same_index(u, n, w);
     free(u), free(bits), free(count);
 }
 
@@ -250,6 +277,9 @@ static void analyze_level(void *const *obj, const size_t *len, size_t n, uintptr
             "ffd %.2fx, bound %.2fx\n",
             unit_name(unit), t.units, (double)t.units * u / lb, (double)t.k2 * u / lb,
             (double)t.kway * u / lb, (double)t.ffd * u / lb, (double)t.bound * u / lb);
+    if (unit == 4096)
+        fprintf(out, "  total 4K, pages kept at their index in the slab: ffd %.2fx\n",
+                (double)t.same * u / lb);
     free(r);
 }
 
