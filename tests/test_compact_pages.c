@@ -70,13 +70,15 @@ static uint64_t xs(void)
 /* Which objects each of three slabs keeps: A (role 0) [0,48) of pages 0-7
  * and [0,16) of pages 8-15, C (role 2) the other way round, B (role 1)
  * [16,40) of pages 0-14 and nothing on page 15. A and C overlap, and B
- * overlaps both as a whole; but B's pages 0-7 fit C and its pages 8-14
- * fit A. */
+ * overlaps both as a whole; but B's pages fit pages 8-15 of A and 0-7 of
+ * C (15 pages onto 16 free ones: both survivors are needed), never onto
+ * the pages at their own index. A keeps 2 more objects, so it is the
+ * fuller survivor, tried first. */
 static int keeps(int role, size_t idx)
 {
     size_t pg = idx / 64, in = idx % 64;
     switch (role) {
-    case 0: return pg < 8 ? in < 48 : in < 16;
+    case 0: return pg < 8 ? in < 48 + (pg == 0) * 2 : in < 16;
     case 1: return pg < 15 && in >= 16 && in < 40;
     default: return pg < 8 ? in < 16 : in < 48;
     }
@@ -110,10 +112,11 @@ static void make_layout(fmem_heap *h, struct layout *l)
             }
 }
 
-/* B's object i lives in this survivor's chunk */
-static char *host_of(const struct layout *l, size_t i)
+/* The survivor's address of B's object i (sb: B's page alias) */
+static char *host_of(const struct layout *l, const struct slab *sb, size_t i)
 {
-    return l->base[i / 64 < 8 ? 2 : 0] + i * 64;
+    size_t off = (size_t)((char *)l->o[1][i] - l->base[1]), pg = off / 4096;
+    return sb->page_into[pg]->start + (size_t)sb->page_at[pg] * 4096 + off % 4096;
 }
 
 static sigjmp_buf jb;
@@ -156,8 +159,16 @@ Test(pagemerge, a_slab_goes_page_by_page_onto_two_survivors)
                 *sc = pagemap_get(&h->map, l.base[2]);
     cr_assert_eq(sb->kind, SLAB_ALIAS);
     cr_assert(sb->paged);
-    cr_assert_eq(sb->page_into[0], sc);
-    cr_assert_eq(sb->page_into[8], sa);
+    int on[2] = {0, 0};
+    for (int pg = 0; pg < 15; pg++) {
+        cr_assert(sb->page_into[pg] == sa || sb->page_into[pg] == sc, "page %d", pg);
+        on[sb->page_into[pg] == sc]++;
+        cr_assert_neq(sb->page_at[pg], pg, "page %d onto another index", pg);
+        for (int q = 0; q < pg; q++) /* no survivor page shared */
+            cr_assert(sb->page_into[q] != sb->page_into[pg] || sb->page_at[q] != sb->page_at[pg]);
+    }
+    cr_assert(on[0] && on[1], "B's pages went to both survivors (%d, %d)", on[0], on[1]);
+    cr_assert_eq(sa->hosting + sc->hosting, 15);
     cr_assert_null(sb->page_into[15]);
     for (int r = 0; r < 3; r++)
         for (size_t i = 0; i < CAP; i++)
@@ -166,7 +177,7 @@ Test(pagemerge, a_slab_goes_page_by_page_onto_two_survivors)
                           r, i);
     for (size_t i = 0; i < CAP; i++)
         if (l.o[1][i]) { /* one object through both addresses */
-            char *twin = host_of(&l, i);
+            char *twin = host_of(&l, sb, i);
             cr_assert(same(twin, 64, 100000 + i), "the survivor shows object %zu", i);
             memset(l.o[1][i], 0x5A, 64);
             cr_assert_eq((unsigned char)twin[63], 0x5A);
@@ -200,8 +211,9 @@ Test(pagemerge, a_slab_goes_page_by_page_onto_two_survivors)
     /* a free through B lands in the survivor: a second one through the
      * survivor's address is a double free */
     cr_assert_eq(fmem_heap_usable_size(h, l.o[1][16]), 64);
+    char *twin16 = host_of(&l, sb, 16);
     cr_assert_eq(fmem_heap_free(h, l.o[1][16]), 0);
-    cr_assert_eq(fmem_heap_free(h, host_of(&l, 16)), FMEM_EDOUBLEFREE);
+    cr_assert_eq(fmem_heap_free(h, twin16), FMEM_EDOUBLEFREE);
     l.o[1][16] = NULL;
     for (int r = 0; r < 3; r++)
         for (size_t i = 0; i < CAP; i++)
@@ -227,24 +239,32 @@ Test(pagemerge, a_survivor_that_empties_takes_its_alias_pages)
     static struct layout l;
     make_layout(h, &l);
     cr_assert_eq(fmem_heap_compact(h, 0), FMEM_HEAP_SLAB_SIZE);
-    for (size_t i = 0; i < CAP; i++) { /* C and B's objects on it */
+    struct slab *sb = pagemap_get(&h->map, l.base[1]), *sc = pagemap_get(&h->map, l.base[2]);
+    int on_c[16] = {0}, left = 0;
+    for (int pg = 0; pg < 15; pg++) {
+        on_c[pg] = sb->page_into[pg] == sc;
+        left += !on_c[pg];
+    }
+    for (size_t i = 0; i < CAP; i++) { /* C's objects and B's on C */
         if (l.o[2][i])
             cr_assert_eq(fmem_heap_free(h, l.o[2][i]), 0);
-        if (l.o[1][i] && i / 64 < 8)
-            cr_assert_eq(fmem_heap_free(h, l.o[1][i]), 0);
         l.o[2][i] = NULL;
-        if (i / 64 < 8)
+        if (l.o[1][i] && on_c[i / 64]) {
+            cr_assert_eq(fmem_heap_free(h, l.o[1][i]), 0);
             l.o[1][i] = NULL;
+        }
     }
     fmem_heap_collect(h);
     cr_assert_null(pagemap_get(&h->map, l.base[2]), "C went back");
-    struct slab *sb = pagemap_get(&h->map, l.base[1]);
-    cr_assert_not_null(sb);
-    cr_assert_null(sb->page_into[0]);
-    cr_assert_eq(sb->used, 7, "B's pages 8-14 are still on A");
-    for (size_t i = 0; i < 4096; i++)
-        cr_assert_eq(l.base[1][i], 0);
-    cr_assert_eq(fmem_heap_free(h, l.base[1] + 16 * 64), FMEM_EINVAL);
+    cr_assert_eq(pagemap_get(&h->map, l.base[1]), sb);
+    cr_assert_eq(sb->used, (uint32_t)left, "B's pages on A stay");
+    for (int pg = 0; pg < 15; pg++)
+        if (on_c[pg]) {
+            cr_assert_null(sb->page_into[pg]);
+            for (size_t i = 0; i < 4096; i++)
+                cr_assert_eq(l.base[1][pg * 4096 + i], 0);
+            cr_assert_eq(fmem_heap_free(h, l.base[1] + pg * 4096 + 16 * 64), FMEM_EINVAL);
+        }
     for (size_t i = 0; i < CAP; i++)
         if (l.o[1][i])
             cr_assert(same(l.o[1][i], 64, 100000 + i));

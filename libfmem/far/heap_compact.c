@@ -600,9 +600,10 @@ static int merge(struct theap *th, struct cand *a, struct cand *b)
 
 /* ---- page merging ------------------------------------------------------
  * A slab that fits no survivor as a whole may still fit page by page: its
- * 4 KiB page p is mapped onto page p of a survivor (the same page, so an
- * object keeps its offset in the slab and its slot in the survivor) whose
- * live objects on that page are disjoint from its own; its pages may go to
+ * 4 KiB page p is mapped onto a page t of a survivor where the objects lie
+ * at the same offsets in the page (any page when the size divides 4 KiB),
+ * whose live objects there are disjoint from its own (an object keeps its
+ * offset in the page and becomes the survivor's slot there); its pages may go to
  * different survivors, and pages without live objects show a read-only
  * zero page. An object straddling two pages ties them to one survivor.
  * Only a slab whose every live page finds a survivor is merged this way,
@@ -658,9 +659,36 @@ static int live_at(const uint64_t *b, uint32_t i)
     return b[i / 64] >> (i % 64) & 1;
 }
 
-/* A survivor for every live page of c[i] among c[from..k-1] (not dead,
- * not c[i]), first fit from the fullest: 1 and host[], or 0. */
-static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct cand **host)
+/* n <= 64 bits of b from bit `at` (all within the slab's capacity) */
+static uint64_t bits_get(const uint64_t *b, uint32_t at, unsigned n)
+{
+    uint32_t w = at / 64, sh = at % 64;
+    uint64_t x = b[w] >> sh;
+    if (sh && sh + n > 64)
+        x |= b[w + 1] << (64 - sh);
+    return n == 64 ? x : x & (((uint64_t)1 << n) - 1);
+}
+
+/* Whether v's live objects [lo, hi) meet a's [lo + d, hi + d). */
+static int shifted_overlap(const uint64_t *v, const uint64_t *a, uint32_t lo, uint32_t hi,
+                           int32_t d)
+{
+    for (uint32_t x = lo; x < hi; x += 64) {
+        unsigned n = hi - x < 64 ? hi - x : 64;
+        if (bits_get(v, x, n) & bits_get(a, (uint32_t)((int32_t)x + d), n))
+            return 1;
+    }
+    return 0;
+}
+
+/* A survivor page for every live page of c[i] among c[from..k-1] (not
+ * dead, not c[i]), first fit from the fullest survivor and its first
+ * page: 1 with host[] and at[], or 0. A group of pages tied by straddling
+ * objects goes to as many consecutive pages of one survivor, and only
+ * where the objects lie at the same offsets in those pages (any page for
+ * sizes that divide 4 KiB); two groups never share a survivor page. */
+static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct cand **host,
+                      uint8_t *at)
 {
     struct cand *v = &c[i];
     const struct slab *s = v->s;
@@ -677,17 +705,35 @@ static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct ca
         uint32_t lo, hi;
         page_objs(s, p, q, &lo, &hi);
         struct cand *to = NULL;
+        unsigned t = 0;
         if (hi > lo && range_any(v->live, lo, hi)) {
-            for (size_t j = k; j-- > from;)
-                if (j != i && !c[j].dead && !range_overlap(c[j].live, v->live, lo, hi)) {
-                    to = &c[j];
-                    break;
+            for (size_t j = k; j-- > from && !to;) {
+                if (j == i || c[j].dead)
+                    continue;
+                for (t = 0; t + (q - p) < NPAGES; t++) {
+                    int64_t shift = ((int64_t)t - (int64_t)p) * (int64_t)HEAP_PAGE;
+                    if (shift % (int64_t)s->obj_size)
+                        continue; /* objects at other offsets there */
+                    int32_t d = (int32_t)(shift / (int64_t)s->obj_size);
+                    if ((int64_t)hi + d > s->capacity || (int64_t)lo + d < 0)
+                        continue;
+                    int taken = 0; /* by an earlier group of v */
+                    for (unsigned x = 0; x < p && !taken; x++)
+                        taken = host[x] == &c[j] && at[x] >= t && at[x] <= t + (q - p);
+                    if (!taken && !shifted_overlap(v->live, c[j].live, lo, hi, d)) {
+                        to = &c[j];
+                        break;
+                    }
                 }
+            }
             if (!to)
                 return 0;
         }
-        for (; p <= q; p++)
-            host[p] = to;
+        for (unsigned x = p; x <= q; x++) {
+            host[x] = to;
+            at[x] = (uint8_t)(to ? t + (x - p) : 0);
+        }
+        p = q + 1;
     }
     return 1;
 }
@@ -695,7 +741,7 @@ static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct ca
 /* v's live objects into their survivors' chunks, v's pages onto those
  * chunks (or the zero page), v's chunk back. The caller holds off remote
  * frees (slab_lock) of v and of every survivor. */
-static int page_merge(struct theap *th, struct cand *v, struct cand **host)
+static int page_merge(struct theap *th, struct cand *v, struct cand **host, const uint8_t *at)
 {
     struct fmem_heap *h = th->heap;
     struct heap_compact *c = h->compact;
@@ -709,14 +755,16 @@ static int page_merge(struct theap *th, struct cand *v, struct cand **host)
     for (size_t w = 0; w < words; w++) /* through the pool's mappings */
         for (uint64_t bits = v->live[w]; bits; bits &= bits - 1) {
             size_t off = (w * 64 + (size_t)__builtin_ctzll(bits)) * sv->obj_size;
-            memcpy(host[off / HEAP_PAGE]->s->span.src + off, sv->span.src + off, sv->obj_size);
+            size_t pg = off / HEAP_PAGE, to = off + ((size_t)at[pg] - pg) * HEAP_PAGE;
+            memcpy(host[pg]->s->span.src + to, sv->span.src + off, sv->obj_size);
         }
     hook(1);
     int rc = 0;
     unsigned p;
     for (p = 0; p < NPAGES && rc == 0; p++) {
-        char *at = sv->start + p * HEAP_PAGE;
-        rc = host[p] ? page_map(host[p]->s->span.src + p * HEAP_PAGE, at) : page_zero(at);
+        char *va = sv->start + p * HEAP_PAGE;
+        rc = host[p] ? page_map(host[p]->s->span.src + (size_t)at[p] * HEAP_PAGE, va)
+                     : page_zero(va);
     }
     if (rc) { /* the pages show v's chunk again */
         for (unsigned q = 0; q < p; q++)
@@ -732,16 +780,20 @@ static int page_merge(struct theap *th, struct cand *v, struct cand **host)
     for (size_t w = 0; w < words; w++)
         for (uint64_t bits = v->live[w]; bits; bits &= bits - 1) {
             uint32_t i = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(bits));
-            struct cand *a = host[(size_t)i * sv->obj_size / HEAP_PAGE];
-            a->live[w] |= (uint64_t)1 << (i % 64);
+            size_t pg = (size_t)i * sv->obj_size / HEAP_PAGE;
+            struct cand *a = host[pg];
+            uint32_t ai = (uint32_t)((int64_t)i + ((int64_t)at[pg] - (int64_t)pg) *
+                                                     (int64_t)HEAP_PAGE / (int64_t)sv->obj_size);
+            a->live[ai / 64] |= (uint64_t)1 << (ai % 64);
             a->s->used++;
-            if (i >= a->s->bump)
-                a->s->bump = i + 1;
+            if (ai >= a->s->bump)
+                a->s->bump = ai + 1;
         }
     fmem_handle chunk = sv->span.h;
     slab_unlink(th, sv);
     for (p = 0; p < NPAGES; p++) {
         sv->page_into[p] = host[p] ? host[p]->s : NULL;
+        sv->page_at[p] = at[p];
         if (host[p]) {
             host[p]->s->hosting++;
             pages++;
@@ -824,6 +876,7 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
      * overlap, or is kept itself. (Least used victims into the fullest
      * survivor left about 5-15 % more slabs: fmem-fragbench --analyze.) */
     struct cand *host[NPAGES];
+    uint8_t at[NPAGES];
     for (size_t i = k; i-- > 0;) {
         struct cand *v = &c[i];
         uint64_t cost = (uint64_t)v->s->used * v->s->obj_size;
@@ -838,8 +891,8 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
         int rc = 1;
         if (j > i) /* the whole slab fits one survivor */
             rc = merge(th, &c[j], v);
-        else if (h->compact->pages && !v->s->merged && page_place(c, k, i, i + 1, host)) /* page by page */
-            rc = page_merge(th, v, host);
+        else if (h->compact->pages && !v->s->merged && page_place(c, k, i, i + 1, host, at))
+            rc = page_merge(th, v, host, at); /* page by page */
         if (rc == 0) {
             *left -= cost;
             got += (int64_t)SLAB_SIZE;

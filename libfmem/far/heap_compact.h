@@ -32,14 +32,20 @@ int compact_random_placement(const struct fmem_heap *h);
 void compact_extend_random(struct slab *s);
 
 /* A pointer into an alias: the survivor, *p moved into its range (the
- * same offset: a page alias's pages map the same page of their survivors),
- * or NULL (a page of a page alias that holds no object). */
+ * same offset for a whole-slab alias; for a page alias the same offset in
+ * the survivor's page that the alias's page maps), or NULL (a page of a
+ * page alias that holds no object). */
 static inline struct slab *compact_resolve(struct slab *alias, void **p)
 {
     size_t off = (size_t)((char *)*p - alias->start);
-    struct slab *a = alias->paged ? alias->page_into[off / HEAP_PAGE] : alias->into;
+    if (!alias->paged) {
+        *p = alias->into->start + off;
+        return alias->into;
+    }
+    size_t pg = off / HEAP_PAGE;
+    struct slab *a = alias->page_into[pg];
     if (a)
-        *p = a->start + off;
+        *p = a->start + (size_t)alias->page_at[pg] * HEAP_PAGE + off % HEAP_PAGE;
     return a;
 }
 

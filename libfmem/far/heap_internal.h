@@ -101,9 +101,11 @@ struct slab {
      * through `merged`), and an alias's survivor */
     struct slab *merged, *into;
     /* page merging (heap_compact.c): a page alias's survivor per 4 KiB
-     * page (NULL: the page maps a read-only zero page), the next page alias
-     * of the heap; a slab's count of alias pages mapped onto its chunk */
+     * page (NULL: the page maps a read-only zero page) and the survivor's
+     * page it maps, the next page alias of the heap; a slab's count of
+     * alias pages mapped onto its chunk */
     struct slab *page_into[SLAB_SIZE / HEAP_PAGE];
+    uint8_t page_at[SLAB_SIZE / HEAP_PAGE];
     struct slab *pnext;
     uint32_t hosting;
     uint8_t paged; /* SLAB_ALIAS merged page by page: page_into[] */
