@@ -600,17 +600,18 @@ static int merge(struct theap *th, struct cand *a, struct cand *b)
 
 /* ---- page merging ------------------------------------------------------
  * A slab that fits no survivor as a whole may still fit page by page: its
- * 4 KiB page p is mapped onto a page t of a survivor where the objects lie
- * at the same offsets in the page (any page when the size divides 4 KiB),
- * whose live objects there are disjoint from its own (an object keeps its
- * offset in the page and becomes the survivor's slot there); its pages may go to
- * different survivors, and pages without live objects show a read-only
- * zero page. An object straddling two pages ties them to one survivor.
- * Only a slab whose every live page finds a survivor is merged this way,
- * so its whole chunk goes back to the pool. The slab becomes a page alias
- * (SLAB_ALIAS, paged, page_into[]); its survivors count its pages in
- * `hosting` and are never merged away themselves (they stay where they
- * are until they empty, when drop_page_aliases unmaps those pages). */
+ * 4 KiB page p is mapped onto a page t of a survivor where the objects
+ * lie at the same offsets in the page (any page when the size divides
+ * 4 KiB) and whose live objects there are disjoint from its own; an
+ * object keeps its offset in the page and becomes the survivor's slot
+ * there. Its pages may go to different survivors; pages without live
+ * objects show a read-only zero page; objects straddling two pages tie
+ * them to consecutive pages of one survivor. Only a slab whose every live
+ * page finds a survivor is merged this way, so that its whole chunk goes
+ * back to the pool. The slab becomes a page alias (SLAB_ALIAS, paged,
+ * page_into[] and page_at[]); its survivors count its pages in `hosting`
+ * and are never merged away themselves (they stay where they are until
+ * they empty, when drop_page_aliases puts zero pages there). */
 
 static int page_map(char *src, char *at)
 {
@@ -874,7 +875,8 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
     /* First fit decreasing: from the fullest slab down, each goes into the
      * first (fullest) slab kept so far whose live objects it does not
      * overlap, or is kept itself. (Least used victims into the fullest
-     * survivor left about 5-15 % more slabs: fmem-fragbench --analyze.) */
+     * survivor left about 5-15 % more slabs: fmem-fragbench --analyze.)
+     * A slab no kept slab takes whole is tried page by page. */
     struct cand *host[NPAGES];
     uint8_t at[NPAGES];
     for (size_t i = k; i-- > 0;) {
