@@ -17,11 +17,12 @@ rounds (each keeps its best time):
   region      array data (fmem.numpy_arrays) in a Region whose cache holds
               the whole working set (nothing is evicted): what the paging
               machinery costs by itself
-  region50    cache = 50 % of the working set (the region's peak pool use
-              in the run above)
+  region50    cache = 50 % of the working set (the plain run's peak RSS
+              beyond that of the interpreter with numpy and pandas loaded
+              and no data, or the region's pool peak if larger)
   region25    the same with 25 %
 With --vs-swap (root only): plain in a memory cgroup limited to the same
-50 % / 25 % of the working set plus the interpreter's own memory, swapping
+50 % / 25 % of the working set plus the bare interpreter's memory, swapping
 to zram (lz4), next to the regions.
 
 The ratio is plain time / configuration time (1.0: as fast as plain), on
@@ -83,6 +84,9 @@ def cpu():
     return ru.ru_utime + ru.ru_stime
 
 c0 = cpu()
+if mode == "idle":  # the interpreter with numpy and pandas, no data
+    print(json.dumps({"maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    sys.exit(0)
 if block is not None:
     with block:
         times, check = workload()
@@ -242,7 +246,13 @@ def main():
         for rnd in range(args.rounds):
             keep("plain", run_child("plain", csv))
             keep("region", run_child("region", csv, cache=16 << 30))
-            ws = best["region"]["region"]["remote_peak"]  # pool bytes the data took
+            if rnd == 0:
+                idle = run_child("idle", csv)["maxrss"]
+            # the data's memory: the plain run's peak beyond the bare
+            # interpreter's, or the region's pool peak if larger (the pool
+            # peak alone undercounts: units mapped fresh and never
+            # evicted take no pool space)
+            ws = max(best["region"]["region"]["remote_peak"], best["plain"]["maxrss"] - idle)
             for pct in (50, 25):
                 keep(f"region{pct}", run_child(f"region{pct}", csv, cache=ws * pct // 100))
             if rnd == 0:
@@ -251,7 +261,7 @@ def main():
             swap = Swap(2 * ws + (256 << 20))
             if swap.ok:
                 # the interpreter, pandas and the CSV text besides the arrays
-                other = max(best["plain"]["maxrss"] - ws, 0)
+                other = idle
                 for pct in (50, 25):
                     try:
                         cg = swap.cgroup(other + ws * pct // 100)
@@ -267,7 +277,9 @@ def main():
                         rmdir_retry(cg)
         plain = best["plain"]
         print(f"pandas workload: {args.rows} rows; working set {ws / 2**20:.0f} MiB "
-              f"(the region's pool peak); best of {args.rounds}")
+              f"(plain peak RSS {best['plain']['maxrss'] / 2**20:.0f} MiB - interpreter alone "
+              f"{idle / 2**20:.0f} MiB; region pool peak "
+              f"{best['region']['region']['remote_peak'] / 2**20:.0f} MiB); best of {args.rounds}")
         for name, r in best.items():
             ok = r["check"] == base["check"]
             ph = " ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())

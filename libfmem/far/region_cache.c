@@ -6,7 +6,12 @@
  * User space sees no accessed bits, so the reference bit is set by what the
  * handler does see: a demand fault that brought the unit in, and a write
  * fault on it. Prefetched units start unreferenced, so read-ahead that was
- * not used goes first. All functions run with the region lock held. */
+ * not used goes first. A unit in constant use never faults while cached,
+ * so it would go every second turn of the hand and come straight back: a
+ * unit that was faulted back in after an eviction gains heat, and the hand
+ * passes a unit with heat by (cooling it) during its first turn of a
+ * search. A scan's units never come back soon and stay at no heat. All
+ * functions run with the region lock held. */
 #include "region_internal.h"
 
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
@@ -47,6 +52,10 @@ unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
             continue;
         if (un->flags & UF_REF) {
             un->flags &= (uint8_t)~UF_REF;
+            continue;
+        }
+        if (un->heat && steps < r->cap) {
+            un->heat--;
             continue;
         }
         /* a dirty unit gets its chunk here if it has none (the writer

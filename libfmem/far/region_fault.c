@@ -94,9 +94,10 @@ static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
             if (full)
                 r->inst.released |= (uint64_t)1 << i;
         }
-        if (full)
+        if (full) {
             remote_drop(r, u);
-        else if (un->flags & UF_REMOTE) {
+            un->heat = 0; /* freed memory: whatever comes next is new */
+        } else if (un->flags & UF_REMOTE) {
             int rc = remote_zero_pages(r, u, pages);
             if (rc)
                 report("zeroing released pages in the pool", rc);
@@ -108,6 +109,7 @@ static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
             remote_drop(r, u);
             un->state = UNIT_ABSENT;
             un->flags = 0;
+            un->heat = 0;
             un->present = 0;
         } else {
             un->present &= ~pages;
@@ -469,6 +471,8 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         int fresh = !(un->flags & (UF_REMOTE | UF_WRITTEN)); /* never written */
         if (write) /* the chunk exists before the writer is woken */
             (void)remote_ref(r, u);
+        if (remote)
+            unit_refault(r, un);
         cache_take_slot(r, u);
         uint32_t n = 1, most = fresh_run_max(r);
         uint8_t rem[FRESH_RUN_MAX];

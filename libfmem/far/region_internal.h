@@ -55,10 +55,11 @@ enum unit_flag {
 
 struct region_unit {
     uint8_t state, flags;
-    uint16_t pad;
+    uint16_t heat;    /* refaults lately: extra turns of the CLOCK hand */
     uint32_t slot;    /* CLOCK ring slot while cached */
     uint64_t present; /* pages mapped, bit per 4 KiB page, while cached */
     uint64_t zeroed;  /* pages released while the writer held the unit */
+    uint32_t gone_at; /* r->evict_clock when it was last evicted */
 };
 
 /* One pool allocation backing `chunk` bytes of the region. */
@@ -167,6 +168,7 @@ struct fmem_region {
     uint32_t *ring;      /* CLOCK ring: unit per slot, NO_UNIT if free */
     uint32_t *free_slots; /* a FIFO: the ring stays in arrival order */
     uint32_t nfree, free_head, hand;
+    uint32_t evict_clock; /* units evicted so far (wraps) */
     struct zap zaps[REGION_MAX_ZAPS];
     unsigned nzaps;
     uint64_t barrier_req, barrier_done, flush_req, flush_done;
@@ -231,6 +233,15 @@ void cache_free_slot(struct fmem_region *r, uint32_t slot);
  * chunk for it). */
 int victim_space(struct fmem_region *r, uint32_t u);
 /* Claim up to `max` CLOCK victims: marks them UNIT_EVICTING. */
+#define UNIT_HEAT_MAX 3
+/* A demand fault brings unit un back after an eviction (lock held): if
+ * fewer units were evicted since than the cache holds, a cache twice as
+ * large would have kept it, so it was in use (the refault distance): the
+ * hand passes it by UNIT_HEAT_MAX more times. Otherwise it has no heat. */
+static inline void unit_refault(const struct fmem_region *r, struct region_unit *un)
+{
+    un->heat = r->evict_clock - un->gone_at < r->cap ? UNIT_HEAT_MAX : 0;
+}
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max);
 
 /* region_remote.c: pool allocations behind the units (lock held) */

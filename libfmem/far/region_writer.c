@@ -175,6 +175,7 @@ static int finish_eviction(struct fmem_region *r, struct victim *v)
     int waiters = !!(un->flags & UF_WAITERS);
     un->flags &= UF_REMOTE | UF_WRITTEN;
     un->present = un->zeroed = 0;
+    un->gone_at = r->evict_clock++;
     stat_add(&r->st.evictions, 1);
     return waiters;
 }
@@ -204,10 +205,13 @@ static int finish_gap(struct fmem_region *r, uint32_t u)
     return waiters;
 }
 
-/* Claim the other resident units of the eviction window of each of the
- * first n victims in us[] (lock held): a zap costs a TLB shootdown and a
- * removal event whatever its length, so units are dropped a window at a
- * time where the cache allows. Returns the new count. */
+/* Claim the other cold resident units of the eviction window of each of
+ * the first n victims in us[] (lock held): a zap costs a TLB shootdown and
+ * a removal event whatever its length, so units are dropped a window at a
+ * time where the cache allows. Units with their reference bit set stay:
+ * a program working on a few hot units spread over many windows (a sort,
+ * a hash join) would otherwise lose them with every batch and fault them
+ * straight back. Returns the new count. */
 static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, unsigned max)
 {
     unsigned picked = n;
@@ -217,7 +221,8 @@ static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, u
             w1 = r->nunits;
         for (uint32_t u = w0; u < w1 && n < max; u++) {
             struct region_unit *un = &r->units[u];
-            if (un->state != UNIT_RESIDENT || !victim_space(r, u))
+            if (un->state != UNIT_RESIDENT || (un->flags & UF_REF) || un->heat ||
+                !victim_space(r, u))
                 continue;
             un->state = UNIT_EVICTING;
             us[n++] = u;
