@@ -10,11 +10,13 @@
 #include <sys/mman.h>
 
 #include "store.h"
+#include "../far/stats_pub.h"
 
 struct store_transport {
     struct transport t;
     struct store *store;
     size_t map_len;
+    bool published; /* in this process's live-statistics page */
 };
 
 void store_init(struct store *s, const struct store_ops *ops, const char *kind, uint64_t size)
@@ -95,6 +97,8 @@ static int st_batch(struct transport *t, struct tp_op *ops, size_t n)
 static void st_close(struct transport *t)
 {
     struct store_transport *st = (struct store_transport *)t;
+    if (st->published)
+        stats_pub_node_remove(t);
     if (st->store)
         st->store->ops->close(st->store);
     if (t->base)
@@ -155,6 +159,8 @@ int store_transport_open(struct store *s, uint64_t meta_size, uint64_t rtt_ns,
     st->t.rtt_ns = rtt_ns;
     st->t.rtt_mode = TP_RTT_SPIN;
     st->t.name = s->kind;
+    stats_pub_node_add(&st->t);
+    st->published = true;
     *out = &st->t;
     return 0;
 }
