@@ -58,6 +58,7 @@ static struct pub_thread *thread;
 static uint64_t interval_ms = 250;
 static int enabled = -1; /* -1: not yet read from the environment */
 static bool hooks_done;
+static bool exiting; /* at_exit ran: no new page */
 
 static bool pub_enabled(void)
 {
@@ -88,6 +89,7 @@ static void at_exit(void)
 {
     pthread_mutex_lock(&mu);
     page_drop(true);
+    exiting = true;
     pthread_mutex_unlock(&mu);
 }
 
@@ -313,7 +315,7 @@ static void pub_start(void)
         pthread_atfork(fork_prepare, fork_parent, fork_child);
         atexit(at_exit);
     }
-    if (!page && page_create() != 0)
+    if (exiting || (!page && page_create() != 0))
         return; /* no page (full /dev/shm, no such directory): no figures */
     if (!thread) {
         struct pub_thread *t = calloc(1, sizeof *t);
