@@ -42,10 +42,9 @@ static _Atomic uint64_t wait_count, wait_late_ns;
  * starts on a free link) spin too. Neither yields: for a normal
  * (SCHED_OTHER) thread on a busy machine sched_yield hands the core to
  * the other runnable processes for up to a whole slice (milliseconds),
- * where at real-time priority it returns at once; with yields, transfers
- * took milliseconds longer than their link at normal priority only. A
- * spin lasts at most 2 * TP_WAIT_MARGIN_NS unless the thread is
- * preempted in it. */
+ * where at real-time priority it returns at once, so the same link was
+ * slower at normal priority. A spin lasts at most 2 * TP_WAIT_MARGIN_NS
+ * unless the thread is preempted in it. */
 void tp_wait_until(uint64_t when)
 {
     static _Thread_local bool slack_set;
