@@ -42,11 +42,20 @@
  *           long sequential stream with random lookups interleaved, the
  *           shape of a merge/groupby over a column with a lookup table.
  * Figures are MB/s of data pages touched, the median of `rounds` rounds in
- * which all settings take turns (a change in the machine's load hits them
- * alike; the median, not the best, so that the best of many fixed
- * settings is not simply the luckiest of many samples); before each run the cache is emptied of the data by reading a
- * separate area of the region. Every page read is checked against the
- * stamp written into it; a wrong one fails the benchmark. */
+ * which all settings take turns (the median, not the best, so that the
+ * best of many fixed settings is not simply the luckiest of many
+ * samples). Within a round the policy runs before every block of 4 fixed
+ * settings and after the last (odd rounds take the blocks in reverse),
+ * and a setting's ratio is the median over the rounds of (the mean of the
+ * two policy runs around its block) / (its run): on a shared machine the
+ * load changes within seconds, and a comparison of runs made half a
+ * minute apart measured the load, not the settings. The best fixed
+ * setting of a workload is the one with the lowest such ratio. Before
+ * each run the cache is emptied of the data by reading a separate area
+ * of the region. Every page read is checked against the stamp written
+ * into it; a wrong one fails the benchmark. The report also gives how
+ * late the emulated links' waits returned past their deadlines
+ * (tp_wait_stats): the scheduler's share of a transfer. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +68,8 @@
 #include "wl_region.h"
 
 int fmem_bench_policy(int argc, char **argv);
+/* libfmem/transport/transport.c: link waits and how late they returned */
+void tp_wait_stats(uint64_t *waits, uint64_t *late_ns);
 
 #define PAGE 4096
 #define MAXN 16
@@ -167,7 +178,10 @@ struct cfg {
     unsigned reg;             /* index into the regions */
     unsigned ra, io;          /* fixed read-ahead and I/O width */
     double runs[NWL][MAX_ROUNDS];
+    double ref[NWL][MAX_ROUNDS]; /* the policy's figure next to each run */
     double best[NWL];         /* the median of the runs */
+    double ratio[NWL];        /* the median of ref / run: policy / setting */
+    uint64_t waits[NWL], late_ns[NWL]; /* emulated-link waits, summed lateness */
     fmem_region_stats_t st[NWL];
 };
 
@@ -175,6 +189,47 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, unsigned n)
+{
+    double s[MAX_ROUNDS];
+    memcpy(s, v, n * sizeof *s);
+    qsort(s, n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+#define BLOCK 4 /* fixed settings between two runs of the policy */
+
+/* One run of setting c (the policy's: c == ncfg - 1) on workload w. */
+static int run_cfg(const struct wo *o, struct reg *regs, struct cfg *cf, unsigned c, int w,
+                   unsigned round, double *f, uint64_t *wrong)
+{
+    struct reg *g = &regs[cf[c].reg];
+    fmem_region_tuning t = {0}; /* the policy's region: nothing fixed */
+    if (g->stripe)
+        t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_ALL, .prefetch = cf[c].ra,
+                                 .stripe = g->stripe, .io_width = cf[c].io};
+    int rc = fmem_region_tune(g->r, &t);
+    if (rc)
+        return rc;
+    wipe(o, g->base);
+    fmem_region_stats_t s0, s1;
+    uint64_t w0, l0, w1, l1;
+    fmem_region_stats(g->r, &s0);
+    tp_wait_stats(&w0, &l0);
+    *f = run_wl(o, g->base, (enum wl)w, wrong);
+    tp_wait_stats(&w1, &l1);
+    fmem_region_stats(g->r, &s1);
+    cf[c].waits[w] += w1 - w0;
+    cf[c].late_ns[w] += l1 - l0;
+    if (o->verbose)
+        fprintf(stderr, "round %u %s cfg %u: %.2f MB/s fetches %llu prefetches %llu evictions %llu\n",
+                round, wl_name[w], c, *f, (unsigned long long)(s1.fetches - s0.fetches),
+                (unsigned long long)(s1.prefetches - s0.prefetches),
+                (unsigned long long)(s1.evictions - s0.evictions));
+    fmem_region_stats(g->r, &cf[c].st[w]);
+    return 0;
 }
 
 int fmem_bench_policy(int argc, char **argv)
@@ -261,42 +316,64 @@ int fmem_bench_policy(int argc, char **argv)
             n, n - 1, o.bw / 1e6, o.slow_bw / 1e6, (unsigned long long)o.rtt,
             (unsigned long long)(o.size >> 20), (unsigned long long)(o.cache >> 20),
             (unsigned long long)(o.unit >> 10));
+    /* The policy runs before every block of BLOCK fixed settings and after
+     * the last: each setting is compared with the mean of the policy's runs
+     * just before and after its block, seconds apart, so a change in the
+     * machine's load between the start and the end of a round does not
+     * decide which of them looks faster. Odd rounds go through the blocks
+     * in reverse. */
+    unsigned nfixed = ncfg - 1, nblocks = (nfixed + BLOCK - 1) / BLOCK;
+    double *pol_runs = calloc((size_t)NWL * o.rounds * (nblocks + 1), sizeof(double));
+    unsigned npol[NWL] = {0};
+    if (!pol_runs)
+        rc = FMEM_ENOMEM;
     for (unsigned round = 0; rc == 0 && round < o.rounds; round++)
-        for (int w = 0; rc == 0 && w < NWL; w++)
-            for (unsigned c = 0; rc == 0 && c < ncfg; c++) {
-                struct reg *g = &regs[cf[c].reg];
-                fmem_region_tuning t = {0}; /* the policy's region: nothing fixed */
-                if (g->stripe)
-                    t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_ALL, .prefetch = cf[c].ra,
-                                             .stripe = g->stripe, .io_width = cf[c].io};
-                if ((rc = fmem_region_tune(g->r, &t)) != 0)
+        for (int w = 0; rc == 0 && w < NWL; w++) {
+            double before = 0;
+            for (unsigned b = 0; rc == 0 && b <= nblocks; b++) {
+                double f;
+                if ((rc = run_cfg(&o, regs, cf, ncfg - 1, w, round, &f, &wrong)) != 0)
                     break;
-                wipe(&o, g->base);
-                fmem_region_stats_t s0, s1;
-                fmem_region_stats(g->r, &s0);
-                double f = run_wl(&o, g->base, (enum wl)w, &wrong);
-                fmem_region_stats(g->r, &s1);
-                if (o.verbose)
-                    fprintf(stderr, "%s cfg %u: %.2f MB/s fetches %llu prefetches %llu evictions %llu\n",
-                            wl_name[w], c, f, (unsigned long long)(s1.fetches - s0.fetches),
-                            (unsigned long long)(s1.prefetches - s0.prefetches),
-                            (unsigned long long)(s1.evictions - s0.evictions));
-                cf[c].runs[w][round] = f;
-                fmem_region_stats(g->r, &cf[c].st[w]);
+                pol_runs[(size_t)w * o.rounds * (nblocks + 1) + npol[w]++] = f;
+                if (b > 0) { /* the block this policy run closes */
+                    unsigned prev = round % 2 ? nblocks - b : b - 1;
+                    for (unsigned c = prev * BLOCK; c < nfixed && c < (prev + 1) * BLOCK; c++)
+                        cf[c].ref[w][round] = (before + f) / 2;
+                }
+                before = f;
+                if (b == nblocks)
+                    break;
+                unsigned blk = round % 2 ? nblocks - 1 - b : b;
+                for (unsigned c = blk * BLOCK; rc == 0 && c < nfixed && c < (blk + 1) * BLOCK;
+                     c++)
+                    rc = run_cfg(&o, regs, cf, c, w, round, &cf[c].runs[w][round], &wrong);
             }
-    for (unsigned c = 0; rc == 0 && c < ncfg; c++)
-        for (int w = 0; w < NWL; w++) {
-            qsort(cf[c].runs[w], o.rounds, sizeof(double), cmp_double);
-            cf[c].best[w] = o.rounds % 2 ? cf[c].runs[w][o.rounds / 2]
-                                         : (cf[c].runs[w][o.rounds / 2 - 1] +
-                                            cf[c].runs[w][o.rounds / 2]) / 2;
         }
+    for (int w = 0; rc == 0 && w < NWL; w++) {
+        double *pr = pol_runs + (size_t)w * o.rounds * (nblocks + 1);
+        qsort(pr, npol[w], sizeof(double), cmp_double);
+        cf[ncfg - 1].best[w] = npol[w] % 2 ? pr[npol[w] / 2]
+                                           : (pr[npol[w] / 2 - 1] + pr[npol[w] / 2]) / 2;
+        cf[ncfg - 1].ratio[w] = 1;
+        for (unsigned c = 0; c < nfixed; c++) {
+            double q[MAX_ROUNDS];
+            for (unsigned k = 0; k < o.rounds; k++)
+                q[k] = cf[c].ref[w][k] / cf[c].runs[w][k];
+            cf[c].ratio[w] = median(q, o.rounds);
+        }
+    }
+    free(pol_runs);
+    for (unsigned c = 0; rc == 0 && c < nfixed; c++)
+        for (int w = 0; w < NWL; w++)
+            cf[c].best[w] = median(cf[c].runs[w], o.rounds);
     if (rc == 0) {
-        fprintf(out, "MB/s of pages touched, median of %u rounds; ratio = policy / setting\n",
-                o.rounds);
+        fprintf(out, "MB/s of pages touched, median of %u rounds (the policy: of its %u runs "
+                     "per workload); ratio = policy / setting, the median over the rounds of the "
+                     "policy's runs next to the setting's run over that run\n",
+                o.rounds, npol[0]);
         fprintf(out, "  %-22s %10s %6s %10s %6s %10s %6s\n", "setting", "seq", "ratio", "rand",
                 "ratio", "pandas", "ratio");
-        double best_fixed[NWL] = {0};
+        double worst[NWL] = {0};
         unsigned best_at[NWL] = {0};
         const struct cfg *pol = &cf[ncfg - 1];
         for (unsigned c = 0; c < ncfg; c++) {
@@ -308,9 +385,10 @@ int fmem_bench_policy(int argc, char **argv)
                          cf[c].ra, cf[c].io);
             fprintf(out, "  %-22s", what);
             for (int w = 0; w < NWL; w++) {
-                fprintf(out, " %10.2f %6.3f", cf[c].best[w], pol->best[w] / cf[c].best[w]);
-                if (c < ncfg - 1 && cf[c].best[w] > best_fixed[w]) {
-                    best_fixed[w] = cf[c].best[w];
+                fprintf(out, " %10.2f %6.3f", cf[c].best[w], cf[c].ratio[w]);
+                /* the best fixed setting: the one the policy gains least on */
+                if (c < nfixed && (c == 0 || cf[c].ratio[w] < worst[w])) {
+                    worst[w] = cf[c].ratio[w];
                     best_at[w] = c;
                 }
             }
@@ -319,24 +397,38 @@ int fmem_bench_policy(int argc, char **argv)
         int beaten = 0, close = 1;
         for (int w = 0; w < NWL; w++) {
             const struct cfg *b = &cf[best_at[w]];
-            double ratio = pol->best[w] / best_fixed[w];
+            double ratio = worst[w];
             beaten += ratio > 1;
             close &= ratio >= 0.9;
             const fmem_region_stats_t *ps = &pol->st[w];
-            fprintf(out, "%-6s policy %.2f MB/s / best fixed (stripe %u, ra %u, io %u) %.2f MB/s"
-                         " = %.3f; policy chose: placing on %u of %u paths, ra %u, io %u, "
-                         "seq %u %%\n",
-                    wl_name[w], pol->best[w], regs[b->reg].stripe, b->ra, b->io, best_fixed[w],
-                    ratio, ps->stripe_width, ps->paths, ps->prefetch_units, ps->io_width,
+            fprintf(out, "%-6s policy / best fixed (stripe %u, ra %u, io %u) = %.3f (medians: "
+                         "policy %.2f MB/s, that setting %.2f MB/s); policy chose: placing on "
+                         "%u of %u paths, ra %u, io %u, seq %u %%\n",
+                    wl_name[w], regs[b->reg].stripe, b->ra, b->io, ratio, pol->best[w],
+                    b->best[w], ps->stripe_width, ps->paths, ps->prefetch_units, ps->io_width,
                     ps->seq_pct);
             if (o.json)
                 printf("{\"workload\":\"region_policy\",\"pattern\":\"%s\",\"policy_mbytes_per_s\":"
                        "%.4g,\"best_fixed_mbytes_per_s\":%.4g,\"ratio\":%.4g,\"best_fixed\":"
                        "{\"stripe\":%u,\"prefetch\":%u,\"io_width\":%u},\"settings\":%u,"
                        "\"nodes\":%u,\"node_bw\":%llu,\"slow_bw\":%llu}\n",
-                       wl_name[w], pol->best[w], best_fixed[w], ratio, regs[b->reg].stripe, b->ra,
+                       wl_name[w], pol->best[w], b->best[w], ratio, regs[b->reg].stripe, b->ra,
                        b->io, ncfg - 1, n, (unsigned long long)o.bw,
                        (unsigned long long)o.slow_bw);
+        }
+        /* what the scheduler added to the emulated links: how late link
+         * waits returned past their deadline (transport.c) */
+        for (int w = 0; w < NWL; w++) {
+            uint64_t fw = 0, fl = 0;
+            for (unsigned c = 0; c + 1 < ncfg; c++) {
+                fw += cf[c].waits[w];
+                fl += cf[c].late_ns[w];
+            }
+            fprintf(out, "%-6s link waits returned late by %.1f us on average (policy), %.1f us "
+                         "(fixed settings); a unit takes %.0f us on a fast link\n",
+                    wl_name[w],
+                    pol->waits[w] ? (double)pol->late_ns[w] / 1e3 / (double)pol->waits[w] : 0.0,
+                    fw ? (double)fl / 1e3 / (double)fw : 0.0, (double)o.unit * 1e6 / (double)o.bw);
         }
         fmem_region_path_t p[MAXN];
         int np = fmem_region_paths(regs[n].r, p, MAXN);

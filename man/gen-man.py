@@ -41,7 +41,12 @@ or iB; all are powers of 1024.""",
         "exit": "0 success; 1 failure (the message says why, with the system's "
                 "error text where there is one); 2 a bad command line or URI; "
                 "3 (verify) incomplete: sections kept changing.",
-        "environment": [("FMEM_URI", "the pool or service of status without a URI")],
+        "environment": [("FMEM_URI", "the pool or service of status without a URI"),
+                        ("FMEM_STATS_DIR", "where processes publish their live far-memory "
+                         "figures and status --processes reads them (default /dev/shm); "
+                         "libfmem also reads FMEM_STATS=0 (publish nothing) and "
+                         "FMEM_STATS_INTERVAL_MS (how often the figures are rewritten, "
+                         "default 250)")],
     },
     "fmemd": {
         "summary": "fmem allocation service of a compute node",

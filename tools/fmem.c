@@ -1,5 +1,6 @@
 /* fmem - command-line tool for fmem pools and services.
  *   fmem status [URI] [--json] [--map FILE.png] [--node N]
+ *   fmem status --processes [--json]
  *                            pools, space, services, applications
  *   fmem verify URI          check headers against the redo log (exit 0 clean,
  *                            1 errors or leaks, 3 incomplete: busy sections)
@@ -28,6 +29,7 @@
 static int usage(FILE *f)
 {
     fprintf(f, "usage: fmem status [URI] [--json] [--map FILE.png] [--node N]\n"
+               "       fmem status --processes [--json]\n"
                "       fmem verify URI\n"
                "       fmem recover URI UID [--force]\n"
                "       fmem recover URI --leaked\n"

@@ -23,6 +23,7 @@
 #include "service/proto.h"
 #include "service/sock.h"
 #include "status_print.h"
+#include "status_procs.h"
 #include "uri.h"
 
 #define DEFAULT_SERVICE "fmem://"
@@ -178,7 +179,8 @@ static int status_pool(const char *uri, const char *png, unsigned want_node, boo
             struct stat st;
             bool ssd = us[i].kind == URI_SSD;
             fprintf(stderr, "fmem: %s%s%s a node private to the process that opens it; its "
-                            "figures come from fmem_node_stats() in that process",
+                            "figures come from fmem_node_stats() in that process, and while it "
+                            "is open from fmem status --processes",
                     ssd ? "ssd:" : "zmem:", ssd ? us[i].path : "", ssd ? ":" : "");
             if (ssd && stat(us[i].path, &st) == 0)
                 fprintf(stderr, " (the file holds %llu bytes on disk now)",
@@ -201,7 +203,7 @@ static int status_pool(const char *uri, const char *png, unsigned want_node, boo
         occ_scan(&g, meta, &r, states);
         if (json) {
             printf(printed++ ? ", " : "");
-            json_node(stdout, (unsigned)i, us[i].path, &r);
+            json_node(stdout, (unsigned)i, NULL, us[i].path, NULL, &r);
         } else {
             printf("pool %s (node %d)\n", us[i].path, i);
             if (us[i].bw || us[i].rtt_ns) /* what regions over this URI get per path */
@@ -224,13 +226,19 @@ static int status_pool(const char *uri, const char *png, unsigned want_node, boo
 static int status_help(void)
 {
     printf("usage: fmem status [URI] [--json] [--map FILE.png] [--node N]\n"
+           "       fmem status --processes [--json]\n"
            "Space, fragmentation, services and applications of a pool or a daemon.\n"
            "URI: shm:/NAME or file:/PATH (read from the pool's metadata, read-only), or a\n"
            "daemon's socket: a socket's path, unix:/PATH or fmem://[localhost]/PATH.\n"
            "Without URI: $FMEM_URI, else the default service socket (%s).\n"
            "  --json        the report as one JSON object\n"
            "  --map F.png   draw the occupancy map of one node as a PNG\n"
-           "  --node N      the node whose map is drawn (default 0)\n",
+           "  --node N      the node whose map is drawn (default 0)\n"
+           "  --processes   the live figures of this user's processes: per far-memory region\n"
+           "                the bytes, bandwidth and transfers of each path and the chosen\n"
+           "                unit, read-ahead, stripe, I/O width and tier; per ssd:/zmem: node\n"
+           "                its bytes, bandwidth and latency (pages in $FMEM_STATS_DIR, else\n"
+           "                /dev/shm; those of processes that are gone are removed)\n",
            "/run/fmem/fmemd.sock");
     return 0;
 }
@@ -245,7 +253,7 @@ int cmd_status(int argc, char **argv)
 {
     const char *uri = NULL, *png = NULL;
     unsigned node = 0;
-    bool node_given = false, json = false;
+    bool node_given = false, json = false, procs = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -254,6 +262,8 @@ int cmd_status(int argc, char **argv)
             return status_usage_error("option needs a value:", a);
         if (!strcmp(a, "--json")) {
             json = json_mode = true;
+        } else if (!strcmp(a, "--processes")) {
+            procs = true;
         } else if (!strcmp(a, "--map")) {
             png = argv[++i];
             size_t len = strlen(png);
@@ -279,6 +289,12 @@ int cmd_status(int argc, char **argv)
         } else {
             uri = a;
         }
+    }
+    if (procs) {
+        if (uri || png || node_given)
+            return status_usage_error("--processes takes no URI, --map or --node; got",
+                                      uri ? uri : png ? png : "--node");
+        return status_processes(json, stdout);
     }
     if (!uri || !*uri)
         uri = getenv("FMEM_URI");

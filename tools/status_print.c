@@ -38,10 +38,21 @@ static void json_occ_fields(FILE *f, const struct occ_report *r)
     fputc('}', f);
 }
 
-void json_node(FILE *f, unsigned index, const char *path, const struct occ_report *r)
+void json_node(FILE *f, unsigned index, const char *pool, const char *path,
+               const struct st_node *conn, const struct occ_report *r)
 {
-    fprintf(f, "{\"node\": %u, \"path\": ", index);
-    json_string(f, path);
+    fprintf(f, "{\"node\": %u", index);
+    if (pool) {
+        fputs(", \"pool\": ", f);
+        json_string(f, pool);
+    }
+    if (path) {
+        fputs(", \"path\": ", f);
+        json_string(f, path);
+    }
+    if (conn)
+        fprintf(f, ", \"user\": %llu, \"connected\": %s", U(conn->uid),
+                conn->connected ? "true" : "false");
     fputs(", ", f);
     json_occ_fields(f, r);
     fputc('}', f);
@@ -175,17 +186,9 @@ static void json_nodes(const struct st_report *r, FILE *f, bool service)
     fputs("\"nodes\": [", f);
     for (unsigned i = 0; i < r->nnodes; i++) {
         const struct st_node *n = &r->nodes[i];
-        fprintf(f, "%s{\"node\": %llu, \"pool\": ", i ? ", " : "", U(n->index));
-        json_string(f, n->pool);
-        if (service) {
-            fputs(", \"path\": ", f);
-            json_string(f, n->path);
-            fprintf(f, ", \"user\": %llu, \"connected\": %s", U(n->uid),
-                    n->connected ? "true" : "false");
-        }
-        fputs(", ", f);
-        json_occ_fields(f, &n->occ);
-        fputc('}', f);
+        fputs(i ? ", " : "", f);
+        json_node(f, (unsigned)n->index, n->pool, service ? n->path : NULL, service ? n : NULL,
+                  &n->occ);
     }
     fputc(']', f);
 }

@@ -17,7 +17,11 @@ void status_print_json(const struct st_report *r, FILE *f);
 
 /* A JSON string (quoted and escaped). */
 void json_string(FILE *f, const char *s);
-/* One node's space as a JSON object: {"node": index, "path": ..., ...}. */
-void json_node(FILE *f, unsigned index, const char *path, const struct occ_report *r);
+/* One node's space as a JSON object: {"node": index, "pool": ..., "path":
+ * ..., "user": ..., "connected": ..., then the occupancy fields}; pool,
+ * path and conn (user and connected) are left out when NULL. The pool
+ * file report and both daemons' reports all print their nodes with it. */
+void json_node(FILE *f, unsigned index, const char *pool, const char *path,
+               const struct st_node *conn, const struct occ_report *r);
 
 #endif

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stats_pub.h"
 #include "region_internal.h"
 
 #define MAX_REGION_BYTES ((size_t)1 << 46)
@@ -228,6 +229,7 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
     }
     region_fork_watch(r);
     fork_objects_unlock();
+    stats_pub_region_add(r); /* live figures for fmem status */
     *out = r;
     return 0;
 }
@@ -236,6 +238,7 @@ int fmem_region_destroy(fmem_region *r)
 {
     if (!r)
         return FMEM_EINVAL;
+    stats_pub_region_remove(r);
     fork_objects_lock();
     fork_watch_remove(&r->fork);
     if (!r->running) /* a fork child that could not restart them */

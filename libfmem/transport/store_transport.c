@@ -11,10 +11,16 @@
 
 #include "store.h"
 
+/* this process's live-statistics page (libfmem/far/stats_pub.c); weak, so
+ * that the transports also link without the far-memory part (tests/fuzz) */
+__attribute__((weak)) void stats_pub_node_add(struct transport *t);
+__attribute__((weak)) void stats_pub_node_remove(struct transport *t);
+
 struct store_transport {
     struct transport t;
     struct store *store;
     size_t map_len;
+    bool published; /* in this process's live-statistics page */
 };
 
 void store_init(struct store *s, const struct store_ops *ops, const char *kind, uint64_t size)
@@ -95,6 +101,8 @@ static int st_batch(struct transport *t, struct tp_op *ops, size_t n)
 static void st_close(struct transport *t)
 {
     struct store_transport *st = (struct store_transport *)t;
+    if (st->published && stats_pub_node_remove)
+        stats_pub_node_remove(t);
     if (st->store)
         st->store->ops->close(st->store);
     if (t->base)
@@ -155,6 +163,10 @@ int store_transport_open(struct store *s, uint64_t meta_size, uint64_t rtt_ns,
     st->t.rtt_ns = rtt_ns;
     st->t.rtt_mode = TP_RTT_SPIN;
     st->t.name = s->kind;
+    if (stats_pub_node_add) {
+        stats_pub_node_add(&st->t);
+        st->published = true;
+    }
     *out = &st->t;
     return 0;
 }

@@ -97,9 +97,16 @@ void tp_close(struct transport *t);
 
 /* Wait `ns` nanoseconds without holding the core (models a network wait). */
 void tp_delay(uint64_t ns);
-/* Wait until tp_now_ns() >= `when`: sleeps through long waits (bandwidth
- * emulation), spins with yields through the last tens of microseconds. */
+/* Wait until tp_now_ns() >= `when` (an emulated link's deadline, shm.c):
+ * long waits sleep to an absolute deadline with a timer slack of 1 ns and
+ * spin through the last TP_WAIT_MARGIN_NS; short ones spin. Neither
+ * yields (see transport.c). How late the caller got back past `when` is
+ * counted (tp_wait_stats). */
 void tp_wait_until(uint64_t when);
+#define TP_WAIT_MARGIN_NS 20000u
+/* Link waits of this process so far and their summed lateness: the time
+ * the scheduler, not the emulated link, added to transfers. */
+void tp_wait_stats(uint64_t *waits, uint64_t *late_ns);
 uint64_t tp_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---- NIC emulation (nic.c) ---------------------------------------------
