@@ -140,6 +140,10 @@ int app_bind2(struct fmemd *d, struct app *a, unsigned node, uint64_t chunk, uns
 /* Invalidate the window of e (bound2) before its block is freed: the key
  * is dead when this returns 0. */
 int app_revoke2(struct fmemd *d, unsigned node, struct own_entry *e);
+/* Crash injection on the type-2 path, for tests: with FMEM_FMEMD_CRASH set
+ * to a point's name ("bind", "free", "reap"), fmemd exits on the spot
+ * (status 86) when it gets there (daemon_mw2.c). */
+void mw2_crash_point(const char *name);
 
 /* daemon_conns.c: the control thread's clients */
 int conns_start(struct fmemd *d);

@@ -347,3 +347,135 @@ Test(service_mw2, applications_killed_at_random, .timeout = 1800)
            (unsigned long long)before);
     fmem_close(observer);
 }
+
+/* ---- fmemd killed inside its type-2 path -------------------------------- */
+
+/* An fmemd of our own on the type-2 node that exits at crash point `cp`
+ * (FMEM_FMEMD_CRASH); its socket's URI goes to uri. */
+static pid_t crashing_fmemd(const char *cp, char *uri, size_t n)
+{
+    const char *bin = getenv("FMEM_TEST_FMEMD");
+    cr_assert(bin && *bin, "FMEM_TEST_FMEMD=PATH_OF_FMEMD is needed");
+    char sock[128];
+    snprintf(sock, sizeof sock, "/tmp/fmemd-rdmakill-crash-%s.sock", cp);
+    unlink(sock);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        setenv("FMEM_FMEMD_CRASH", cp, 1);
+        execl(bin, "fmemd", "--mnode", node, "--socket", sock, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300 && access(sock, F_OK) != 0; i++)
+        usleep(100000);
+    cr_assert_eq(access(sock, F_OK), 0, "fmemd (crash point %s) did not start", cp);
+    snprintf(uri, n, "unix:%s", sock);
+    return pid;
+}
+
+static void expect_crashed(pid_t pid, const char *cp)
+{
+    int st = 0;
+    for (int i = 0; i < 300 && waitpid(pid, &st, WNOHANG) == 0; i++)
+        usleep(100000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 86, "fmemd did not stop at %s (status %#x)",
+              cp, st);
+}
+
+/* After fmemd died at a crash point, the memory node fences its session
+ * (every window it had bound dies) and recovers its blocks: the pool holds
+ * what it held before, and the verifier is clean. */
+static void expect_recovered(fmem_pool *observer, uint64_t before, const char *cp)
+{
+    uint64_t now = before;
+    for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "crash at %s: %llu bytes lost", cp,
+                 (unsigned long long)(now - before));
+    fmem_verify_report r;
+    cr_assert_eq(fmem_verify(observer, &r, NULL), 0);
+    cr_assert_eq(r.errors, 0, "crash at %s: verifier: %llu errors", cp,
+                 (unsigned long long)r.errors);
+}
+
+/* "bind": a window bound to the application's queue pair and recorded,
+ * the application not answered. */
+Test(service_mw2, fmemd_crash_after_bind, .timeout = 300)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    char uri[160];
+    pid_t d = crashing_fmemd("bind", uri, sizeof uri);
+    fmem_pool *p;
+    cr_assert_eq(fmem_open(uri, &p), 0);
+    fmem_handle h;
+    cr_assert_neq(fmem_alloc(p, 65536, &h), 0, "fmemd answered past its crash point");
+    expect_crashed(d, "bind");
+    expect_recovered(observer, before, "bind");
+    fmem_close(p);
+    fmem_close(observer);
+}
+
+/* "free": the application's key invalidated, the block not freed yet. */
+Test(service_mw2, fmemd_crash_between_invalidate_and_free, .timeout = 300)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    char uri[160];
+    pid_t d = crashing_fmemd("free", uri, sizeof uri);
+    fmem_pool *p;
+    cr_assert_eq(fmem_open(uri, &p), 0);
+    fmem_handle h;
+    uint64_t v = 42;
+    cr_assert_eq(fmem_alloc(p, 65536, &h), 0);
+    cr_assert_eq(fmem_write(p, &h, 0, &v, 8), 0, "the key must work before the free");
+    cr_assert_neq(fmem_free(p, &h), 0, "fmemd answered past its crash point");
+    expect_crashed(d, "free");
+    expect_recovered(observer, before, "free");
+    fmem_close(p);
+    fmem_close(observer);
+}
+
+/* "reap": fmemd's reaper invalidated one key of a killed application and
+ * died before freeing its block; the application's other blocks were
+ * still bound. Everything comes back through the memory node. */
+Test(service_mw2, fmemd_crash_in_reaper, .timeout = 300)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    char uri[160];
+    pid_t d = crashing_fmemd("reap", uri, sizeof uri);
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t a = fork();
+    cr_assert_neq(a, -1);
+    if (a == 0) {
+        fmem_pool *p;
+        fmem_handle h[8];
+        if (fmem_open(uri, &p))
+            _exit(1);
+        for (int i = 0; i < 8; i++)
+            if (fmem_alloc(p, 4096u << (i % 4), &h[i]))
+                _exit(2);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(3);
+        pause();
+        _exit(0);
+    }
+    char c;
+    cr_assert_eq(read(ready[0], &c, 1), 1, "the application did not allocate");
+    cr_assert_gt(pool_bytes(observer), before);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    expect_crashed(d, "reap");
+    expect_recovered(observer, before, "reap");
+    close(ready[0]);
+    close(ready[1]);
+    fmem_close(observer);
+}
