@@ -63,6 +63,8 @@ struct dnode {
     int fd;             /* -1 while disconnected (always, over RDMA) */
     unsigned uid;
     struct transport *tp;
+    struct transport *hb_tp; /* over RDMA: queue pairs of the same session
+                              * that only heartbeats use (NULL: tp's) */
     struct node *n;
     uint64_t data_bytes;
     uint64_t hb_seq, next_try_ns;
