@@ -4,7 +4,9 @@
 # FMEM_TEST_MW2_KILLS kills (1000 unless set), while a sampler writes the
 # VM's memory figures and the daemons' rdma objects and descriptors every
 # few seconds to $OUT (default ./mw2-soak.log).
-#   tests/rdma/rxe-vm.sh -t 7200 -- sh tests/rdma/vm-mw2-soak.sh BUILDDIR
+# ($OUT.objs: the queue pairs and regions of the device and the kernel's
+# last messages, every third sample.) From the build directory:
+#   tests/rdma/rxe-vm.sh -t 5400 -- [env FMEM_TEST_MW2_KILLS=N] sh tests/rdma/vm-mw2-soak.sh .
 set -u
 B=${1:-.}
 OUT=${OUT:-$(pwd)/mw2-soak.log}
