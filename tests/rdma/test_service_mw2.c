@@ -479,3 +479,68 @@ Test(service_mw2, fmemd_crash_in_reaper, .timeout = 300)
     close(ready[1]);
     fmem_close(observer);
 }
+
+/* ---- children of a process that used RDMA before fork() ----------------- */
+
+/* Queue pairs and memory regions on the VM's devices (`rdma resource`). */
+static long rdma_objects(void)
+{
+    FILE *f = popen("rdma resource show qp 2>/dev/null; rdma resource show mr 2>/dev/null", "r");
+    cr_assert(f, "cannot run rdma resource show");
+    long n = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        n++;
+    pclose(f);
+    return n;
+}
+
+/* An application forked by a process that had used RDMA (its observer
+ * pool) is killed: its queue pair and its registered bounce region go with
+ * it. When the transport made them on librdmacm's device context, which the
+ * child inherits from its parent, they stayed alive (pinned 4 MiB each)
+ * until the parent exited. */
+Test(service_mw2, killed_forked_applications_leave_no_rdma_objects, .timeout = 300)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0); /* this process uses RDMA */
+    uint64_t before = pool_bytes(observer);
+    long objs = rdma_objects();
+    cr_assert_gt(objs, 0, "no rdma objects listed: is the rdma tool there?");
+    for (int k = 0; k < 10; k++) {
+        int ready[2];
+        cr_assert_eq(pipe(ready), 0);
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0) {
+            fmem_pool *p;
+            fmem_handle h;
+            uint64_t v = 1;
+            if (fmem_open(svc(), &p) || fmem_alloc(p, 4096, &h) || fmem_write(p, &h, 0, &v, 8))
+                _exit(1);
+            if (write(ready[1], "r", 1) != 1)
+                _exit(2);
+            pause();
+            _exit(0);
+        }
+        char c;
+        cr_assert_eq(read(ready[0], &c, 1), 1, "application %d did not start", k);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(ready[0]);
+        close(ready[1]);
+    }
+    uint64_t now = before;
+    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "the applications' blocks were not freed");
+    long left = rdma_objects();
+    for (int i = 0; i < 100 && left > objs + 2; i++) {
+        usleep(100000);
+        left = rdma_objects();
+    }
+    cr_assert_leq(left, objs + 2, "10 killed applications left %ld queue pairs and regions",
+                  left - objs);
+    fmem_close(observer);
+}
