@@ -63,6 +63,8 @@ struct dnode {
     int fd;             /* -1 while disconnected (always, over RDMA) */
     unsigned uid;
     struct transport *tp;
+    struct transport *hb_tp; /* over RDMA: queue pairs of the same session
+                              * that only heartbeats use (NULL: tp's) */
     struct node *n;
     uint64_t data_bytes;
     uint64_t hb_seq, next_try_ns;
@@ -140,6 +142,10 @@ int app_bind2(struct fmemd *d, struct app *a, unsigned node, uint64_t chunk, uns
 /* Invalidate the window of e (bound2) before its block is freed: the key
  * is dead when this returns 0. */
 int app_revoke2(struct fmemd *d, unsigned node, struct own_entry *e);
+/* Crash injection on the type-2 path, for tests: with FMEM_FMEMD_CRASH set
+ * to a point's name ("bind", "free", "reap"), fmemd exits on the spot
+ * (status 86) when it gets there (daemon_mw2.c). */
+void mw2_crash_point(const char *name);
 
 /* daemon_conns.c: the control thread's clients */
 int conns_start(struct fmemd *d);

@@ -5,6 +5,11 @@
  * the application that key only: from any other queue pair the NIC refuses
  * it. Before the block is freed, fmemd invalidates the window with a
  * SEND_WITH_INV, so the application's key is dead before the free commits. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "service/daemon_internal.h"
 #ifdef HAVE_RDMA
 #include "verbs/transport_verbs.h"
@@ -41,4 +46,19 @@ int app_revoke2(struct fmemd *d, unsigned node, struct own_entry *e)
     (void)d, (void)node, (void)e;
     return FMEM_ENOTSUP;
 #endif
+}
+
+static const char *crash_at;
+static pthread_once_t crash_once = PTHREAD_ONCE_INIT;
+
+static void crash_read(void)
+{
+    crash_at = getenv("FMEM_FMEMD_CRASH");
+}
+
+void mw2_crash_point(const char *name)
+{
+    pthread_once(&crash_once, crash_read);
+    if (crash_at && !strcmp(crash_at, name))
+        _exit(86);
 }

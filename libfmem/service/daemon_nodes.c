@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "service/daemon_internal.h"
@@ -48,6 +49,12 @@ static int open_rdma_node(struct fmemd *d, unsigned i)
     dn->mw2 = verbs_transport_mw_type(tp) == 2; /* the memory node's mode */
     strcat(strcat(strcpy(dn->rdma_addr, u.path), ":"), u.port);
     dn->tp = tp;
+    /* the heartbeat on queue pairs of its own (same session, fenced
+     * together): on tp's it would wait behind workers' round trips, a
+     * type-2 bind answering in up to 5 s, longer than --miss periods */
+    cp.session = verbs_transport_session(tp);
+    if (verbs_transport_connect(&cp, &dn->hb_tp))
+        dn->hb_tp = NULL;
     dn->n = nd;
     dn->uid = nd->uid;
     dn->data_bytes = nd->g.data_size;
@@ -189,15 +196,22 @@ static void rdma_heartbeat(struct fmemd *d, struct dnode *dn)
     struct node *n = dn->n;
     if (!n->tp->wkeys_size)
         return;
+    struct transport *tp = dn->hb_tp ? dn->hb_tp : n->tp;
     uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE; /* as in our user slot */
     uint64_t v[2] = {((uint64_t)mine << 32) | (uint32_t)++dn->hb_seq,
                      verbs_transport_session(n->tp)};
-    tp_write(n->tp, n->tp->wkeys_off + wk_hb_pair(n->g.nchunks, dn->uid), v, sizeof v);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tp_write(tp, tp->wkeys_off + wk_hb_pair(n->g.nchunks, dn->uid), v, sizeof v);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    if (ms >= 1000)
+        dsay(d, "memory node %s: a heartbeat took %ld ms", dn->rdma_addr, ms);
     uint32_t pid;
-    if (verbs_transport_fenced(n->tp)) {
+    if (verbs_transport_fenced(n->tp) || verbs_transport_fenced(tp)) {
         dsay(d, "memory node %s: we were fenced (taken for dead); exiting", dn->rdma_addr);
         atomic_store(d->cfg->stop, 2);
-    } else if (tp_read(n->tp, n->g.users_off + 4 * (uint64_t)dn->uid, &pid, 4) == 0 &&
+    } else if (tp_read(tp, n->g.users_off + 4 * (uint64_t)dn->uid, &pid, 4) == 0 &&
                pid != mine) {
         dsay(d, "memory node %s: our user id was reclaimed; exiting", dn->rdma_addr);
         atomic_store(d->cfg->stop, 2);
@@ -307,6 +321,9 @@ void nodes_close(struct fmemd *d)
         if (dn->n) {
             node_close(dn->n);
             tp_close(dn->tp);
+            if (dn->hb_tp)
+                tp_close(dn->hb_tp);
+            dn->hb_tp = NULL;
             dn->n = NULL;
         }
         if (dn->sess_map)

@@ -20,7 +20,10 @@ uint64_t app_release_all(struct fmemd *d, struct app *a)
         if (node < d->nnodes && d->nodes[node].n) {
             /* its queue pair is gone, but the window goes back for reuse
              * and the key dies for certain before the block is freed */
-            int rc = e->bound2 ? app_revoke2(d, node, e) : 0;
+            bool bound = e->bound2;
+            int rc = bound ? app_revoke2(d, node, e) : 0;
+            if (rc == 0 && bound)
+                mw2_crash_point("reap"); /* the key is dead, the block not freed yet */
             if (rc == 0)
                 rc = node_free(d->nodes[node].n, chunk, e->log2_chunks, e->rkey);
             if (rc == 0)

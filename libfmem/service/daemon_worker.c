@@ -57,6 +57,8 @@ static int alloc_once(struct fmemd *d, struct app *a, unsigned k, fmem_handle *o
             struct own_entry *e = own_get(&a->own, own_key(dn->n->index, chunk));
             e->app_rkey = key;
             e->bound2 = true;
+            /* bound and recorded, the application not answered yet */
+            mw2_crash_point("bind");
         }
         out->addr = chunk << CHUNK_SHIFT;
         out->length = bytes;
@@ -103,9 +105,12 @@ int app_free(struct fmemd *d, struct app *a, const fmem_handle *h)
         return FMEM_EACCES;
     /* a type-2B key dies first (invalidated): the block is freed only
      * once nobody's key reaches it but the pool's own */
-    int rc = e->bound2 ? app_revoke2(d, h->node, e) : 0;
+    bool bound = e->bound2;
+    int rc = bound ? app_revoke2(d, h->node, e) : 0;
     if (rc)
         return rc; /* still held: the reaper tries again */
+    if (bound)
+        mw2_crash_point("free"); /* the key is dead, the block not freed yet */
     rc = node_free(dn->n, chunk, k, e->rkey);
     if (rc == 0 || rc == FMEM_EDOUBLEFREE || rc == FMEM_EACCES) {
         /* gone from the pool either way: forget it */

@@ -347,3 +347,200 @@ Test(service_mw2, applications_killed_at_random, .timeout = 1800)
            (unsigned long long)before);
     fmem_close(observer);
 }
+
+/* ---- fmemd killed inside its type-2 path -------------------------------- */
+
+/* An fmemd of our own on the type-2 node that exits at crash point `cp`
+ * (FMEM_FMEMD_CRASH); its socket's URI goes to uri. */
+static pid_t crashing_fmemd(const char *cp, char *uri, size_t n)
+{
+    const char *bin = getenv("FMEM_TEST_FMEMD");
+    cr_assert(bin && *bin, "FMEM_TEST_FMEMD=PATH_OF_FMEMD is needed");
+    char sock[128];
+    snprintf(sock, sizeof sock, "/tmp/fmemd-rdmakill-crash-%s.sock", cp);
+    unlink(sock);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        setenv("FMEM_FMEMD_CRASH", cp, 1);
+        execl(bin, "fmemd", "--mnode", node, "--socket", sock, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300 && access(sock, F_OK) != 0; i++)
+        usleep(100000);
+    cr_assert_eq(access(sock, F_OK), 0, "fmemd (crash point %s) did not start", cp);
+    snprintf(uri, n, "unix:%s", sock);
+    return pid;
+}
+
+static void expect_crashed(pid_t pid, const char *cp)
+{
+    int st = 0;
+    for (int i = 0; i < 300 && waitpid(pid, &st, WNOHANG) == 0; i++)
+        usleep(100000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 86, "fmemd did not stop at %s (status %#x)",
+              cp, st);
+}
+
+/* After fmemd died at a crash point, the memory node fences its session
+ * (every window it had bound dies) and recovers its blocks: the pool holds
+ * what it held before, and the verifier is clean. */
+static void expect_recovered(fmem_pool *observer, uint64_t before, const char *cp)
+{
+    uint64_t now = before;
+    for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "crash at %s: %llu bytes lost", cp,
+                 (unsigned long long)(now - before));
+    fmem_verify_report r;
+    cr_assert_eq(fmem_verify(observer, &r, NULL), 0);
+    cr_assert_eq(r.errors, 0, "crash at %s: verifier: %llu errors", cp,
+                 (unsigned long long)r.errors);
+}
+
+/* "bind": a window bound to the application's queue pair and recorded,
+ * the application not answered. */
+Test(service_mw2, fmemd_crash_after_bind, .timeout = 300)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    char uri[160];
+    pid_t d = crashing_fmemd("bind", uri, sizeof uri);
+    fmem_pool *p;
+    cr_assert_eq(fmem_open(uri, &p), 0);
+    fmem_handle h;
+    cr_assert_neq(fmem_alloc(p, 65536, &h), 0, "fmemd answered past its crash point");
+    expect_crashed(d, "bind");
+    expect_recovered(observer, before, "bind");
+    fmem_close(p);
+    fmem_close(observer);
+}
+
+/* "free": the application's key invalidated, the block not freed yet. */
+Test(service_mw2, fmemd_crash_between_invalidate_and_free, .timeout = 300)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    char uri[160];
+    pid_t d = crashing_fmemd("free", uri, sizeof uri);
+    fmem_pool *p;
+    cr_assert_eq(fmem_open(uri, &p), 0);
+    fmem_handle h;
+    uint64_t v = 42;
+    cr_assert_eq(fmem_alloc(p, 65536, &h), 0);
+    cr_assert_eq(fmem_write(p, &h, 0, &v, 8), 0, "the key must work before the free");
+    cr_assert_neq(fmem_free(p, &h), 0, "fmemd answered past its crash point");
+    expect_crashed(d, "free");
+    expect_recovered(observer, before, "free");
+    fmem_close(p);
+    fmem_close(observer);
+}
+
+/* "reap": fmemd's reaper invalidated one key of a killed application and
+ * died before freeing its block; the application's other blocks were
+ * still bound. Everything comes back through the memory node. */
+Test(service_mw2, fmemd_crash_in_reaper, .timeout = 300)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0);
+    uint64_t before = pool_bytes(observer);
+    char uri[160];
+    pid_t d = crashing_fmemd("reap", uri, sizeof uri);
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t a = fork();
+    cr_assert_neq(a, -1);
+    if (a == 0) {
+        fmem_pool *p;
+        fmem_handle h[8];
+        if (fmem_open(uri, &p))
+            _exit(1);
+        for (int i = 0; i < 8; i++)
+            if (fmem_alloc(p, 4096u << (i % 4), &h[i]))
+                _exit(2);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(3);
+        pause();
+        _exit(0);
+    }
+    char c;
+    cr_assert_eq(read(ready[0], &c, 1), 1, "the application did not allocate");
+    cr_assert_gt(pool_bytes(observer), before);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    expect_crashed(d, "reap");
+    expect_recovered(observer, before, "reap");
+    close(ready[0]);
+    close(ready[1]);
+    fmem_close(observer);
+}
+
+/* ---- children of a process that used RDMA before fork() ----------------- */
+
+/* Queue pairs and memory regions on the VM's devices (`rdma resource`). */
+static long rdma_objects(void)
+{
+    FILE *f = popen("rdma resource show qp 2>/dev/null; rdma resource show mr 2>/dev/null", "r");
+    cr_assert(f, "cannot run rdma resource show");
+    long n = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        n++;
+    pclose(f);
+    return n;
+}
+
+/* An application forked by a process that had used RDMA (its observer
+ * pool) is killed: its queue pair and its registered bounce region go with
+ * it. When the transport made them on librdmacm's device context, which the
+ * child inherits from its parent, they stayed alive (pinned 4 MiB each)
+ * until the parent exited. */
+Test(service_mw2, killed_forked_applications_leave_no_rdma_objects, .timeout = 300)
+{
+    memory_node();
+    fmem_pool *observer;
+    cr_assert_eq(fmem_open(node, &observer), 0); /* this process uses RDMA */
+    uint64_t before = pool_bytes(observer);
+    long objs = rdma_objects();
+    cr_assert_gt(objs, 0, "no rdma objects listed: is the rdma tool there?");
+    for (int k = 0; k < 10; k++) {
+        int ready[2];
+        cr_assert_eq(pipe(ready), 0);
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0) {
+            fmem_pool *p;
+            fmem_handle h;
+            uint64_t v = 1;
+            if (fmem_open(svc(), &p) || fmem_alloc(p, 4096, &h) || fmem_write(p, &h, 0, &v, 8))
+                _exit(1);
+            if (write(ready[1], "r", 1) != 1)
+                _exit(2);
+            pause();
+            _exit(0);
+        }
+        char c;
+        cr_assert_eq(read(ready[0], &c, 1), 1, "application %d did not start", k);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(ready[0]);
+        close(ready[1]);
+    }
+    uint64_t now = before;
+    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
+        usleep(100000);
+    cr_assert_eq(now, before, "the applications' blocks were not freed");
+    long left = rdma_objects();
+    for (int i = 0; i < 100 && left > objs + 2; i++) {
+        usleep(100000);
+        left = rdma_objects();
+    }
+    cr_assert_leq(left, objs + 2, "10 killed applications left %ld queue pairs and regions",
+                  left - objs);
+    fmem_close(observer);
+}

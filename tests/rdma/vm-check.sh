@@ -54,7 +54,7 @@ fmemd2=$!
 i=0
 until [ -S $sock2 ] || [ $i -gt 300 ]; do i=$((i + 1)); sleep 0.1; done
 FMEM_TEST_SVC=unix:$sock2 FMEM_TEST_RDMA="192.168.77.1 7472 /tmp/fmem-rdma-mw2.token" \
-    "$B/tests/rdma/test_service_mw2" -j1 || rc=$((rc | 32))
+    FMEM_TEST_FMEMD="$B/tools/fmemd" "$B/tests/rdma/test_service_mw2" -j1 || rc=$((rc | 32))
 kill $fmemd2; wait $fmemd2
 cat /tmp/fmemd-mw2.log
 kill $server2; wait $server2

@@ -44,6 +44,12 @@
 struct verbs_conn {
     pthread_mutex_t lock;
     struct rdma_cm_id *id;
+    /* this connection's own device context: librdmacm's (id->verbs) is
+     * opened once per process and a child of fork() inherits it, so
+     * objects made on it would belong to the parent's file and outlive
+     * the child (conn_open) */
+    struct ibv_context *ctx;
+    struct ibv_qp *qp; /* made and moved through its states here, not by librdmacm */
     struct ibv_pd *pd;
     struct ibv_cq *cq;
     struct ibv_mr *mr;
@@ -111,13 +117,25 @@ static int wait_event(struct rdma_event_channel *ec, struct rdma_cm_id *id,
     return ok ? 0 : fenced ? FMEM_EACCES : FMEM_EIO;
 }
 
+/* Move c->qp to `state` with the attributes the connection manager has for
+ * it (path, numbers, timeouts, retries from the connect parameters). */
+static int qp_move(struct verbs_conn *c, enum ibv_qp_state state)
+{
+    struct ibv_qp_attr a = {.qp_state = state};
+    int mask;
+    if (rdma_init_qp_attr(c->id, &a, &mask))
+        return -1;
+    return ibv_modify_qp(c->qp, &a, mask);
+}
+
 static void conn_close(struct verbs_conn *c)
 {
-    if (c->id) {
-        if (c->id->qp)
-            rdma_disconnect(c->id);
-        if (c->id->qp)
-            rdma_destroy_qp(c->id);
+    if (c->id && c->qp)
+        rdma_disconnect(c->id);
+    if (c->qp) {
+        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+        ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+        ibv_destroy_qp(c->qp);
     }
     if (c->mr)
         ibv_dereg_mr(c->mr);
@@ -126,9 +144,13 @@ static void conn_close(struct verbs_conn *c)
         ibv_destroy_cq(c->cq);
     if (c->pd)
         ibv_dealloc_pd(c->pd);
+    if (c->ctx)
+        ibv_close_device(c->ctx);
     if (c->id)
         rdma_destroy_id(c->id);
     c->id = NULL;
+    c->qp = NULL;
+    c->ctx = NULL;
     c->mr = NULL;
     c->bounce = NULL;
     c->cq = NULL;
@@ -146,8 +168,10 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct ver
         rdma_resolve_route(c->id, CM_TIMEOUT_MS) ||
         wait_event(v->ec, c->id, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL))
         return FMEM_EIO;
-    c->pd = ibv_alloc_pd(c->id->verbs);
-    c->cq = c->pd ? ibv_create_cq(c->id->verbs, 2 * MAX_WR, NULL, NULL, 0) : NULL;
+    /* a context of our own on the device the route goes through */
+    c->ctx = ibv_open_device(c->id->verbs->device);
+    c->pd = c->ctx ? ibv_alloc_pd(c->ctx) : NULL;
+    c->cq = c->pd ? ibv_create_cq(c->ctx, 2 * MAX_WR, NULL, NULL, 0) : NULL;
     c->bounce = aligned_alloc(4096, BOUNCE_SIZE);
     if (!c->pd || !c->cq || !c->bounce)
         return FMEM_EIO;
@@ -161,7 +185,8 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct ver
         .sq_sig_all = 0,
         .cap = {.max_send_wr = MAX_WR, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
     };
-    if (rdma_create_qp(c->id, c->pd, &qa))
+    c->qp = ibv_create_qp(c->pd, &qa);
+    if (!c->qp || qp_move(c, IBV_QPS_INIT))
         return FMEM_EIO;
     /* A bounded ack timeout, so that a request to a memory node that has
      * gone, or has shut this queue pair, fails instead of waiting forever
@@ -176,12 +201,16 @@ static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct ver
         .responder_resources = 16,
         .retry_count = 6, /* not 7: soft-RoCE takes 7 for "retry forever" */
         .rnr_retry_count = 7,
+        .qp_num = c->qp->qp_num,
     };
     if (rdma_connect(c->id, &cp))
         return FMEM_EIO;
-    int rc = wait_event(v->ec, c->id, RDMA_CM_EVENT_ESTABLISHED, w);
+    /* the queue pair is ours: ready it for the answer, then confirm */
+    int rc = wait_event(v->ec, c->id, RDMA_CM_EVENT_CONNECT_RESPONSE, w);
     if (rc)
         return rc;
+    if (qp_move(c, IBV_QPS_RTR) || qp_move(c, IBV_QPS_RTS) || rdma_establish(c->id))
+        return FMEM_EIO;
     if (w->magic != VERBS_MAGIC || w->version != VERBS_VERSION || w->size < w->meta_size)
         return FMEM_ECORRUPT;
     c->peer_qp = w->qp_num;
@@ -271,7 +300,7 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     tl_prof.wrs += n;
-    if (ibv_post_send(c->id->qp, wr, &bad)) {
+    if (ibv_post_send(c->qp, wr, &bad)) {
         c->broken = true;
         return FMEM_EIO;
     }
@@ -427,7 +456,7 @@ static int verbs_post(struct transport *t, struct tp_op *op)
         wr.wr.atomic.compare_add = op->expect;
         wr.wr.atomic.swap = op->desired;
         tl_prof.wrs++;
-        if (ibv_post_send(c->id->qp, &wr, &bad)) {
+        if (ibv_post_send(c->qp, &wr, &bad)) {
             c->broken = true;
             rc = FMEM_EIO;
         } else {
@@ -661,7 +690,7 @@ int verbs_transport_bind2(struct transport *t, uint64_t off, uint64_t len, uint3
         struct ibv_send_wr sw = {.wr_id = 0, .sg_list = &ss, .num_sge = 1,
                                  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
                            *sbad;
-        if (ibv_post_recv(c->id->qp, &rw, &rbad) || ibv_post_send(c->id->qp, &sw, &sbad)) {
+        if (ibv_post_recv(c->qp, &rw, &rbad) || ibv_post_send(c->qp, &sw, &sbad)) {
             c->broken = true;
             rc = FMEM_EIO;
         }
@@ -695,7 +724,7 @@ int verbs_transport_revoke2(struct transport *t, uint32_t rkey)
                                  .opcode = IBV_WR_SEND_WITH_INV,
                                  .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = rkey},
                            *sbad;
-        if (ibv_post_send(c->id->qp, &sw, &sbad)) {
+        if (ibv_post_send(c->qp, &sw, &sbad)) {
             c->broken = true;
             rc = FMEM_EIO;
         } else {
