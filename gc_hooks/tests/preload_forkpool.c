@@ -43,6 +43,9 @@
  *                    memory in 4 KiB pages (best of 3 each): the remap
  *                    does not tear the block's page table entries down
  *                    one page at a time
+ *   huge SIZE        a SIZE-byte block is mapped on 2 MiB pages (its pool
+ *                    file's tmpfs is mounted huge=within_size); after a
+ *                    fork both sides see their snapshots
  * Exit status 0 when every check held; one line per failed check. */
 #include <fcntl.h>
 #include <pthread.h>
@@ -563,6 +566,54 @@ static void firstfork(size_t size)
     CHECK(named < plain / 2);
 }
 
+/* kB of the mapping holding p that are mapped as 2 MiB pages of shared
+ * memory (ShmemPmdMapped in /proc/self/smaps) */
+static long pmd_mapped_kb(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    long kb = -1;
+    int in = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && sscanf(line, "ShmemPmdMapped: %ld", &kb) == 1)
+            break;
+    }
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static void huge(size_t size)
+{
+    unsigned char *b = malloc(size);
+    CHECK(b && in_pool(b));
+    if (!b)
+        return;
+    memset(b, 'H', size);
+    long kb = pmd_mapped_kb(b);
+    CHECK(kb >= 2048);
+    int p2c[2], c2p[2];
+    CHECK(pipe(p2c) == 0 && pipe(c2p) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        get(p2c[0]); /* the parent has written */
+        int ok = all(b, size, 'H');
+        memset(b, 'C', size);
+        put(c2p[1]);
+        _exit(ok && all(b, size, 'C') ? 0 : 1);
+    }
+    memset(b, 'P', size / 2);
+    put(p2c[1]);
+    get(c2p[0]); /* the child has written */
+    CHECK(all(b, size / 2, 'P') && all(b + size / 2, size - size / 2, 'H'));
+    CHECK(wait_ok(pid));
+    free(b);
+    printf("huge: a %zu MiB block on %ld kB of 2 MiB pages, snapshots held\n", size >> 20, kb);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -586,11 +637,13 @@ int main(int argc, char **argv)
         threads(atoi(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "writers") == 0)
         writers(atoi(argv[2]));
+    else if (argc == 3 && strcmp(argv[1], "huge") == 0)
+        huge((size_t)atol(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "firstfork") == 0)
         firstfork((size_t)atol(argv[2]));
     else {
         fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
-                        "exec SIZE|chain N|many N|nofd|threads N|writers N|firstfork SIZE\n");
+                        "exec SIZE|chain N|many N|nofd|threads N|writers N|firstfork SIZE|huge SIZE\n");
         return 2;
     }
     return failed != 0;
