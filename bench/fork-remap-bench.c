@@ -14,8 +14,15 @@
  *                (what the kernel does for a shared mapping; the
  *                interposer used to copy every block in the child while
  *                the parent waited - not measured here)
- *   remap        the MAP_PRIVATE remap of the whole range, alone
+ *   remap        the MAP_PRIVATE remap of the whole range, alone (it tears
+ *                the shared mapping's page table entries down one by one)
  *   remap+fork   the pause of the first fork (remap, then fork())
+ *   move+fork    the same when the shared mapping's page tables are first
+ *                moved aside whole (mremap MREMAP_DONTUNMAP to a reserved
+ *                range, as the interposer does for pieces of 2 MiB and
+ *                more), so the remap replaces a mapping without pages
+ *   move zap     tearing the moved-aside mapping down later (when the
+ *                interposer unmaps the block), outside the fork
  *   2nd fork     a later fork after the remap (nothing left to remap)
  *   rewrite      writing every page again after the child has exited:
  *                plain reuses its pages, the remapped range copies each
@@ -29,6 +36,7 @@
  *     bench/fork-remap-bench [--mib 256] [--reps 5]
  */
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +78,26 @@ static double fork_pause(const char *p, size_t n, char want)
         exit(1);
     }
     return t;
+}
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
+/* A MAP_SHARED mapping of n bytes of fd, every page written, 2 MiB
+ * aligned, with as much reserved address space after it: *aside. */
+static char *shared_map(int fd, size_t n, char **aside)
+{
+    size_t a = (size_t)2 << 20, len = 2 * n + a;
+    char *r = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED)
+        exit(1);
+    char *s = (char *)(((uintptr_t)r + a - 1) & ~(uintptr_t)(a - 1));
+    if (mmap(s, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != s)
+        exit(1);
+    memset(s, 1, n);
+    *aside = s + n;
+    return s;
 }
 
 static double anon_mib(void)
@@ -135,7 +163,7 @@ int main(int argc, char **argv)
     }
     size_t n = mib << 20;
     double plain[100], shared[100], remap[100], first[100], second[100], rw_plain[100],
-        rw_remap[100], an_plain = 0, an_remap = 0;
+        rw_remap[100], moved[100], zap[100], an_plain = 0, an_remap = 0;
     int snap = 1;
     char name[64];
     snprintf(name, sizeof name, "/fmem-fork-remap-bench-%d", (int)getpid());
@@ -167,6 +195,22 @@ int main(int argc, char **argv)
         an_remap = anon_mib();
         snap = snap && snapshot_ok(s, n);
         munmap(s, n);
+
+        /* the same, page tables moved aside first */
+        char *aside;
+        s = shared_map(fd, n, &aside);
+        t0 = now_ms();
+        if (mremap(s, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, aside) != aside ||
+            mmap(s, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0) != s) {
+            perror("fork-remap-bench: mremap");
+            return 1;
+        }
+        moved[r] = now_ms() - t0 + fork_pause(s, n, 1);
+        snap = snap && snapshot_ok(s, n);
+        t0 = now_ms();
+        munmap(aside, n);
+        zap[r] = now_ms() - t0;
+        munmap(s, n);
         close(fd);
     }
     double p = median(plain, reps), rw = median(rw_plain, reps);
@@ -177,6 +221,8 @@ int main(int argc, char **argv)
     printf("%-12s %9.3f %7.2f\n", "remap", median(remap, reps), median(remap, reps) / p);
     printf("%-12s %9.3f %7.2f\n", "remap+fork", median(first, reps), median(first, reps) / p);
     printf("%-12s %9.3f %7.2f\n", "2nd fork", median(second, reps), median(second, reps) / p);
+    printf("%-12s %9.3f %7.2f\n", "move+fork", median(moved, reps), median(moved, reps) / p);
+    printf("%-12s %9.3f %7.2f\n", "move zap", median(zap, reps), median(zap, reps) / p);
     printf("%-12s %9.3f %9.3f %7.2f  (plain, remapped, ratio)\n", "rewrite", rw,
            median(rw_remap, reps), median(rw_remap, reps) / rw);
     printf("%-12s %9.1f %9.1f  (plain, remapped; the file keeps %zu MiB too)\n", "anon MiB",

@@ -6,7 +6,8 @@
 #   2. allocate-touch-free of a 200 KB block (bench/preload-alloc): CPU ns
 #      per round and the ratio
 #   3. the fork pause: python3 holding a 400 MiB array, os.fork() timed in
-#      the parent (the first fork, and the median of 5), plain, preloaded
+#      the parent (the first fork, and the median of 5; and the parent
+#      thread's CPU time in the first fork), plain, preloaded
 #      with the default private pool and preloaded with a named shm: pool
 #      (whose first fork remaps the blocks copy-on-write)
 #   4. redis-server, if installed: BGSAVE fork pause (latest_fork_usec)
@@ -15,6 +16,7 @@
 #      and the server's CPU time over both, which a loaded machine
 #      disturbs less)
 #   make bench-preload   (or: bench/preload-bench.sh [RUNS], from the build tree)
+# PRELOAD_BENCH_PARTS=fork runs only 3 and 4.
 # Prints the load average first: ratios, not absolute times, are the result.
 set -eu
 runs=${1:-3}
@@ -46,6 +48,8 @@ cpu_of() { # CMD...: CPU seconds (user + sys) of CMD and its children
 }
 
 echo "preload-bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $runs runs each"
+parts=${PRELOAD_BENCH_PARTS:-all}
+if [ "$parts" = all ]; then
 echo
 printf "%-24s %9s %9s %7s %9s\n" program "cpu plain" preload ratio "pool MiB"
 bench() {
@@ -111,6 +115,7 @@ for ((i = 0; i < runs; i++)); do
 done
 awk -v p="$(median <"$tmp/ap")" -v q="$(median <"$tmp/aq")" \
     'BEGIN { printf "%-24s %9.1f %9.1f %7.2f\n", "200 KB block", p, q, q / p }'
+fi
 
 echo
 printf "%-24s %9s %9s %7s %9s %7s\n" "fork pause" "ms plain" private ratio named ratio
@@ -121,15 +126,17 @@ try:
     a = np.ones(400 << 17)          # 400 MiB of float64, every page written
 except ImportError:
     a = bytearray(b"\1" * (400 << 20))
-ts = []
+ts, cpu = [], []
 for _ in range(5):
+    c = time.thread_time()
     t = time.perf_counter()
     pid = os.fork()
     if pid == 0:
         os._exit(0)
     ts.append(time.perf_counter() - t)
+    cpu.append(time.thread_time() - c)
     os.waitpid(pid, 0)
-print(ts[0] * 1000, sorted(ts)[2] * 1000)
+print(ts[0] * 1000, sorted(ts)[2] * 1000, cpu[0] * 1000)
 PY
 : >"$tmp/fp"; : >"$tmp/fq"; : >"$tmp/fn"
 for ((i = 0; i < runs; i++)); do
@@ -146,6 +153,8 @@ row3() {
 c1() { cut -d' ' -f"$1" "$2" | median; }
 row3 "os.fork 400MiB, first" "$(c1 1 "$tmp/fp")" "$(c1 1 "$tmp/fq")" "$(c1 1 "$tmp/fn")" "%9.2f"
 row3 "os.fork 400MiB, median" "$(c1 2 "$tmp/fp")" "$(c1 2 "$tmp/fq")" "$(c1 2 "$tmp/fn")" "%9.2f"
+# the parent's CPU time in the first fork: what the load disturbs least
+row3 "first fork, CPU ms" "$(c1 3 "$tmp/fp")" "$(c1 3 "$tmp/fq")" "$(c1 3 "$tmp/fn")" "%9.2f"
 
 if ! have redis-server || ! have redis-cli; then
     echo

@@ -162,7 +162,8 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
     }
     if (a->granule < PAGE)
         a->granule = PAGE;
-    a->table_bytes = (cap >> CHUNK_SHIFT) * sizeof(uint64_t);
+    size_t fresh_words = ((cap >> CHUNK_SHIFT) + 4095) / 4096;
+    a->table_bytes = ((cap >> CHUNK_SHIFT) + fresh_words) * sizeof(uint64_t);
     a->objs_bytes = (cap >> CHUNK_SHIFT) * sizeof(struct fp_obj);
     void *t = fp_map_anon(NULL, a->table_bytes, PROT_READ | PROT_WRITE);
     void *o = fp_map_anon(NULL, a->objs_bytes, PROT_READ | PROT_WRITE);
@@ -171,20 +172,27 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
     size_t align = HUGE;
     while (align < 2 * cap && align < MIRROR_ALIGN_MAX)
         align <<= 1;
-    char *m = fp_map_anon(NULL, 2 * cap + align, a->shared ? PROT_NONE : PROT_READ | PROT_WRITE);
+    /* a named pool's graveyard (snap.c) follows the mirror, 2 MiB-aligned
+     * like it, so page tables move whole */
+    size_t grave = a->shared ? (2 * cap + HUGE - 1) & ~(HUGE - 1) : 0;
+    size_t rlen = 2 * cap + align + grave;
+    char *m = fp_map_anon(NULL, rlen, a->shared ? PROT_NONE : PROT_READ | PROT_WRITE);
     if (t == MAP_FAILED || o == MAP_FAILED || m == MAP_FAILED) {
         if (t != MAP_FAILED)
             munmap(t, a->table_bytes);
         if (o != MAP_FAILED)
             munmap(o, a->objs_bytes);
         if (m != MAP_FAILED)
-            munmap(m, 2 * cap + align);
+            munmap(m, rlen);
         return "cannot reserve address space for its blocks";
     }
     a->table = t;
+    a->fresh = a->table + (cap >> CHUNK_SHIFT);
+    a->fresh_words = fresh_words;
     a->objs = o;
     a->reserved = m;
-    a->reserved_len = 2 * cap + align;
+    a->reserved_len = rlen;
+    a->grave_off = grave;
     a->mirror = (char *)(((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1));
     atomic_store(&a->cap, cap);
     a->pool = pool;
@@ -322,7 +330,7 @@ void fp_obj_release(struct fp_arena *a, struct fp_obj *o)
         for (unsigned i = 0; i < o->n; i++)
             fallocate(a->data_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                       (off_t)((int64_t)o->b[i].addr + a->file_delta), (off_t)piece_len(&o->b[i]));
-        fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o));
+        fp_snap_unmap(a, o);
         o->since = 0;
     } else {
         drop_range(a, o, 0, fp_obj_len(o));
@@ -385,7 +393,8 @@ static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned
         return NULL;
     }
     struct fp_obj *o = &a->objs[b[0].addr >> CHUNK_SHIFT];
-    o->n = k;
+    o->n = (uint16_t)k;
+    o->grave = 0;
     o->pages = 0;
     o->since = 0;
     o->next = 0;
@@ -463,6 +472,11 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
         return NULL;
     }
     atomic_store_explicit(fp_obj_entry(a, o), FP_E_LIVE, memory_order_release);
+    if (a->shared) { /* the next fork remaps it */
+        size_t i = (size_t)(o - a->objs);
+        atomic_fetch_or_explicit(&a->fresh[i >> 12], UINT64_C(1) << (i >> 6 & 63),
+                                 memory_order_relaxed);
+    }
     fp_stats_add(fp_obj_len(o));
     return o;
 }
@@ -689,6 +703,11 @@ void fp_blocks_orphan_current(void)
         atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
     }
     fp_unmap_range(a->pool_data, a->cap); /* the parent's pool: never used here */
+    /* the parent's graveyard: mappings without pages here (fork copies no
+     * page table of a shared mapping), never needed */
+    if (a->grave_off)
+        fp_unmap_range(a->mirror + a->grave_off, 2 * a->cap);
+    a->grave_off = 0;
     a->gen_fd = -1; /* the fork generation's lock: kept open */
     a->orphan = 1;
     atomic_store(&a->live, nprivate);

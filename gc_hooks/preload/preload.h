@@ -100,7 +100,9 @@ struct fp_piece {
     uint32_t log2; /* its length: 4 KiB << log2 */
 };
 struct fp_obj {
-    uint32_t n;          /* pieces, in address order */
+    uint16_t n;          /* pieces, in address order */
+    uint16_t grave;      /* named pool: some piece's shared mapping was moved
+                          * to the graveyard at fork (snap.c) */
     uint32_t pages;      /* the object's length in 4 KiB pages */
     uint32_t since;      /* named pool: mapped MAP_PRIVATE since this fork
                           * generation (snap.c); 0: mapped MAP_SHARED;
@@ -141,7 +143,14 @@ struct fp_arena {
     int orphan;                /* a parent's pool, seen by a fork child:
                                 * live counts its private objects */
     _Atomic int retired;       /* orphan with no object left: slot reusable */
-    char *reserved;            /* the mirror's reservation ... */
+    size_t grave_off;          /* named pool: mirror + grave_off + 2 o is
+                                * where the shared mapping of the object at
+                                * mirror + 2 o goes at fork (snap.c); 0: none */
+    _Atomic uint64_t *fresh;   /* named pool: a bit per 64 records, set when
+                                * one of them is handed out, cleared by the
+                                * next fork's scan (snap.c); after the table */
+    size_t fresh_words;
+    char *reserved;            /* the mirror's reservation (and graveyard) ... */
     size_t reserved_len;       /* ... and its length */
     uint32_t fork_gen;         /* named pool: last fork generation (snap.c) */
     int gen_fd;                /* its lock's description during a fork, or -1 */
@@ -186,6 +195,9 @@ void fp_snap_parent(void);
 /* A freed object mapped private since a fork: 1 if it was deferred (its
  * entry marked), 0 if no reader is left (the caller gives it back). */
 int fp_snap_defer(struct fp_arena *a, struct fp_obj *o);
+/* Unmap object o's range (keeping it reserved), and its graveyard range
+ * if it has one. */
+void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o);
 /* Give back deferred objects no fork reader can see any more; `force`
  * ignores the throttle. Block lock held (shared or exclusive). */
 void fp_snap_reap(int force);

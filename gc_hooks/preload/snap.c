@@ -43,20 +43,52 @@ static _Atomic uint64_t last_reap;
 
 static unsigned uid_of(const struct fp_arena *a) { return a->pool->nodes[0]->uid; }
 
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4 /* Linux 5.7; shared mappings since 5.13 */
+#endif
+/* Pieces of at least this length move their page tables to the graveyard
+ * before the remap; smaller ones are cheaper to zap than to move (a
+ * mremap is one more mapping to make). */
+#define MOVE_MIN ((size_t)2 << 20)
+
 /* Remap o's pieces MAP_PRIVATE: 0, or -1 if one could not be (the pieces
- * before it are private, the rest still shared). */
+ * before it are private, the rest still shared).
+ *
+ * mmap(MAP_FIXED) over the shared mapping would first tear down its page
+ * table entries one 4 KiB page at a time (a 400 MiB block: 100k entries,
+ * about 30 ms while the parent waits in fork). A large piece instead moves
+ * its shared mapping, page tables and all, to the graveyard with
+ * mremap(MREMAP_DONTUNMAP), which moves whole page tables (one entry per
+ * 2 MiB) and leaves the piece's range mapped (no hole another thread's
+ * mmap could take); the MAP_PRIVATE mapping then replaces a mapping
+ * without pages. The graveyard's entries are torn down when the object is
+ * unmapped (fp_snap_unmap), outside fork. Where the kernel cannot move
+ * them, the remap zaps them as before. */
 static int remap_private(struct fp_arena *a, struct fp_obj *o)
 {
     char *p = fp_obj_ptr(a, o);
     size_t off = 0;
     for (unsigned i = 0; i < o->n; i++) {
         size_t len = (size_t)1 << (FP_CHUNK_SHIFT + o->b[i].log2);
+        if (len >= MOVE_MIN && a->grave_off &&
+            mremap(p + off, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                   p + off + a->grave_off) != MAP_FAILED)
+            o->grave = 1;
         if (mmap(p + off, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, a->data_fd,
                  (off_t)((int64_t)o->b[i].addr + a->file_delta)) == MAP_FAILED)
             return -1;
         off += len;
     }
     return 0;
+}
+
+void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o)
+{
+    fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o));
+    if (o->grave) {
+        fp_unmap_range(fp_obj_ptr(a, o) + a->grave_off, fp_obj_len(o));
+        o->grave = 0;
+    }
 }
 
 /* The fallback when the lock or a remap fails: the parent's own view of
@@ -80,6 +112,36 @@ static int copy_private(struct fp_arena *a, struct fp_obj *o)
     return 0;
 }
 
+/* Record i at a fork: remap its object (or, without a lock, copy it into
+ * private memory) if it is live and still shared. 1 if the object stays
+ * (partly) shared and the child must copy it, else 0. */
+static int snap_one(struct fp_arena *a, size_t i, int fd, uint32_t gen)
+{
+    uint64_t e = atomic_load_explicit(&a->table[i], memory_order_relaxed);
+    struct fp_obj *o = &a->objs[i];
+    if (!(e & FP_E_LIVE) || (e & (FP_E_CACHED | FP_E_PRIVATE)))
+        return 0;
+    if (e & FP_E_COPY)
+        return 1; /* partly shared still: every child copies it */
+    if (o->since)
+        return 0;
+    if (fd < 0) { /* no lock: a copy of the parent's own */
+        if (copy_private(a, o) == 0)
+            return 0;
+        atomic_store(&a->table[i], e | FP_E_COPY); /* the child copies */
+        return 1;
+    }
+    int rc = 0;
+    if (remap_private(a, o)) {
+        /* partly private: pinned like the others, and copied by the child */
+        atomic_store(&a->table[i], e | FP_E_COPY);
+        rc = 1;
+    }
+    o->since = gen;
+    atomic_fetch_add_explicit(&fp_stats.remapped_at_fork, fp_obj_len(o), memory_order_relaxed);
+    return rc;
+}
+
 int fp_snap_prepare(void)
 {
     struct fp_arena *a = atomic_load(&fp_current);
@@ -100,33 +162,24 @@ int fp_snap_prepare(void)
         close(fd);
         fd = -1;
     }
+    /* only the records handed out since the last fork's scan (a bit per
+     * 64 of them; reading the whole table would fault in its untouched
+     * pages, a 1 GiB pool's 2 MiB, in every process's first fork) */
     int copy = 0;
     size_t nchunks = atomic_load(&a->cap) >> FP_CHUNK_SHIFT;
-    for (size_t i = 0; i < nchunks; i++) {
-        uint64_t e = atomic_load_explicit(&a->table[i], memory_order_relaxed);
-        if (!(e & FP_E_LIVE) || (e & (FP_E_CACHED | FP_E_PRIVATE)))
+    for (size_t w = 0; w < a->fresh_words; w++) {
+        uint64_t bits = atomic_load_explicit(&a->fresh[w], memory_order_relaxed), keep = 0;
+        if (!bits)
             continue;
-        if (e & FP_E_COPY) {
-            copy = 1; /* partly shared still: every child copies it */
-            continue;
+        for (uint64_t left = bits; left; left &= left - 1) {
+            size_t first = (w * 64 + (size_t)__builtin_ctzll(left)) * 64;
+            for (size_t i = first; i < first + 64 && i < nchunks; i++)
+                if (snap_one(a, i, fd, gen)) {
+                    copy = 1;
+                    keep |= left & -left; /* shared still: look again next time */
+                }
         }
-        if (a->objs[i].since)
-            continue;
-        struct fp_obj *o = &a->objs[i];
-        if (fd < 0) { /* no lock: a copy of the parent's own */
-            if (copy_private(a, o)) {
-                atomic_store(&a->table[i], e | FP_E_COPY); /* the child copies */
-                copy = 1;
-            }
-            continue;
-        }
-        if (remap_private(a, o)) {
-            /* partly private: pinned like the others, and copied by the child */
-            atomic_store(&a->table[i], e | FP_E_COPY);
-            copy = 1;
-        }
-        o->since = gen;
-        atomic_fetch_add_explicit(&fp_stats.remapped_at_fork, fp_obj_len(o), memory_order_relaxed);
+        atomic_store_explicit(&a->fresh[w], keep, memory_order_relaxed);
     }
     if (fd >= 0) {
         a->fork_gen = gen;
@@ -148,7 +201,7 @@ int fp_snap_defer(struct fp_arena *a, struct fp_obj *o)
 {
     if (!a->pool || o->since == FP_SINCE_ANON || !node_fork_readers(a->pool->nodes[0], uid_of(a), o->since))
         return 0;
-    fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o)); /* our private pages */
+    fp_snap_unmap(a, o); /* our private pages */
     atomic_store(fp_obj_entry(a, o), FP_E_CACHED | FP_E_DEFERRED);
     pthread_mutex_lock(&defer_mu);
     o->next = a->deferred;
