@@ -440,7 +440,14 @@ static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t c
  * double free as after the checks. Over windows only (the key entry of an
  * allocated block with a backup changes by frees alone, mnode: regen_pass)
  * and not where keys work from one queue pair only (type-2 windows). */
-#define OWN_SLOTS 64
+#define OWN_SLOTS 128
+
+/* Slot of a block: blocks of one size are consecutive numbers here, so a
+ * thread's live allocations of one size do not evict each other. */
+static unsigned own_slot(uint64_t chunk, unsigned log2c)
+{
+    return (unsigned)(((chunk >> log2c) + 37u * log2c) % OWN_SLOTS);
+}
 
 static _Thread_local struct own_alloc {
     const struct node *n;
@@ -451,7 +458,7 @@ static _Thread_local struct own_alloc {
 
 static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap)
 {
-    struct own_alloc *o = &tl_own[chunk % OWN_SLOTS];
+    struct own_alloc *o = &tl_own[own_slot(chunk, log2c)];
     uint64_t c, want, s = chunk / CHUNKS_PER_SPAN;
     o->n = NULL;
     if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4 || !quarantines(n, log2c) ||
@@ -467,7 +474,7 @@ static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_
  * dead): free it the general way; else an error. */
 static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
-    struct own_alloc *o = &tl_own[chunk % OWN_SLOTS];
+    struct own_alloc *o = &tl_own[own_slot(chunk, log2c)];
     if (o->n != n || o->chunk != chunk || o->log2c != log2c)
         return OWN_NOT;
     struct own_alloc a = *o;
