@@ -1,6 +1,7 @@
 /* alloc.c - front end of the protocol on one node: pick the layer by size,
  * hand out and check capability keys, and order a free so that the old key
  * dies before the block can be handed to anyone else. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -449,17 +450,49 @@ static unsigned own_slot(uint64_t chunk, unsigned log2c)
     return (unsigned)(((chunk >> log2c) + 37u * log2c) % OWN_SLOTS);
 }
 
-static _Thread_local struct own_alloc {
+struct own_alloc {
     const struct node *n;
     uint64_t chunk, cap, e, lost;
     uint32_t rkey;
     unsigned log2c;
-} tl_own[OWN_SLOTS];
+};
+
+/* On the heap, once per thread (freed when it exits): a static TLS array
+ * this large would not fit where libfmem.so is loaded with dlopen. */
+static _Thread_local struct own_alloc *tl_own;
+static pthread_key_t own_key;
+static pthread_once_t own_once = PTHREAD_ONCE_INIT;
+static bool own_key_ok;
+
+static void own_key_init(void)
+{
+    own_key_ok = pthread_key_create(&own_key, free) == 0;
+}
+
+static struct own_alloc *own_table(bool create)
+{
+    if (tl_own || !create)
+        return tl_own;
+    pthread_once(&own_once, own_key_init);
+    if (!own_key_ok)
+        return NULL;
+    struct own_alloc *t = calloc(OWN_SLOTS, sizeof *t);
+    if (t && pthread_setspecific(own_key, t) != 0) {
+        free(t);
+        t = NULL;
+    }
+    return tl_own = t;
+}
 
 static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap)
 {
-    struct own_alloc *o = &tl_own[own_slot(chunk, log2c)];
     uint64_t c, want, s = chunk / CHUNKS_PER_SPAN;
+    if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4)
+        return;
+    struct own_alloc *t = own_table(true);
+    if (!t)
+        return;
+    struct own_alloc *o = &t[own_slot(chunk, log2c)];
     o->n = NULL;
     if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4 || !quarantines(n, log2c) ||
         cap_backup(cap) == 0 || cap_main(cap) == 0 ||
@@ -474,7 +507,10 @@ static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_
  * dead): free it the general way; else an error. */
 static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
-    struct own_alloc *o = &tl_own[own_slot(chunk, log2c)];
+    struct own_alloc *t = own_table(false);
+    if (!t)
+        return OWN_NOT;
+    struct own_alloc *o = &t[own_slot(chunk, log2c)];
     if (o->n != n || o->chunk != chunk || o->log2c != log2c)
         return OWN_NOT;
     struct own_alloc a = *o;
