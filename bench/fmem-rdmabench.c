@@ -75,7 +75,7 @@ struct cnt {
  * trace, transport.h): chains waited for, time from posting each to its
  * completion, work requests posted (chained and posted alone). */
 struct prof {
-    uint64_t chains, wait_ns, wrs, ns;
+    uint64_t chains, wait_ns, wrs, posts, ns;
 };
 
 struct trace {
@@ -96,6 +96,7 @@ static void prof_add(struct prof *p, const struct trace *a, uint64_t ns)
     p->chains += b.tp.round_trips - a->tp.round_trips;
     p->wait_ns += b.v.wait_ns - a->v.wait_ns;
     p->wrs += b.v.wrs - a->v.wrs;
+    p->posts += b.v.posts - a->v.posts;
     p->ns += ns;
 }
 
@@ -667,6 +668,7 @@ static size_t run_config(const bool *want, size_t size, unsigned threads, unsign
             cnt_add(&res->cf, &sl->cf);
             res->pa.chains += sl->pa.chains, res->pa.wait_ns += sl->pa.wait_ns;
             res->pa.wrs += sl->pa.wrs, res->pa.ns += sl->pa.ns;
+            res->pa.posts += sl->pa.posts, res->pf.posts += sl->pf.posts;
             res->pf.chains += sl->pf.chains, res->pf.wait_ns += sl->pf.wait_ns;
             res->pf.wrs += sl->pf.wrs, res->pf.ns += sl->pf.ns;
             free(sl->lat_a);
@@ -734,7 +736,9 @@ static void print_prof(const struct result *f, const struct result *fa)
         return;
     double rt = fa && per(fa->ca.rtt, fa->na) > 0 ? fa->a.median / per(fa->ca.rtt, fa->na) : 0;
     printf("fmem time per call (means; transport trace): chains waited, us per chain, work\n"
-           "  requests posted, us waiting, us elsewhere, us total%s\n",
+           "  requests posted, ibv_post_send calls, us waiting, us elsewhere, us total%s\n"
+           "  (chains are timed only with FMEM_VERBS_PROF=1: the clock costs a system call\n"
+           "  in the soft-RoCE VM)\n",
            rt > 0 ? "; total in free-array round trips" : "");
     const struct prof *p[2] = {&f->pa, &f->pf};
     size_t n[2] = {f->na, f->nf};
@@ -743,9 +747,14 @@ static void print_prof(const struct result *f, const struct result *fa)
             continue;
         double total = (double)p[j]->ns / (double)n[j] / 1e3,
                wait = (double)p[j]->wait_ns / (double)n[j] / 1e3;
-        printf("  %-5s %5.2f %7.1f %5.2f %8.1f %8.1f %8.1f", j ? "free" : "alloc",
-               per(p[j]->chains, n[j]), (double)p[j]->wait_ns / (double)p[j]->chains / 1e3,
-               per(p[j]->wrs, n[j]), wait, total - wait, total);
+        if (p[j]->wait_ns) /* chains timed: FMEM_VERBS_PROF=1 */
+            printf("  %-5s %5.2f %7.1f %5.2f %5.2f %8.1f %8.1f %8.1f", j ? "free" : "alloc",
+                   per(p[j]->chains, n[j]), (double)p[j]->wait_ns / (double)p[j]->chains / 1e3,
+                   per(p[j]->wrs, n[j]), per(p[j]->posts, n[j]), wait, total - wait, total);
+        else
+            printf("  %-5s %5.2f %7s %5.2f %5.2f %8s %8s %8.1f", j ? "free" : "alloc",
+                   per(p[j]->chains, n[j]), "-", per(p[j]->wrs, n[j]), per(p[j]->posts, n[j]),
+                   "-", "-", total);
         if (rt > 0)
             printf("   %.2f", total * 1e3 / rt);
         printf("\n");

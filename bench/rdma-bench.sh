@@ -67,14 +67,15 @@ $cli_cpu "$B/bench/fmem-rdmabench" --fmem "rdma://$addr:7481?token=$token" --bas
 # fmem alone (no baselines competing for the memory node's CPU), with its
 # allocation's log flush posted (the default) and waited for
 # (FMEM_VERBS_WAIT_POSTS=1, as before posting), same memory node, same boot,
-# in the order posted, waited, posted so that drift shows
+# in the order posted, waited, posted so that drift shows; these runs time
+# every chain (FMEM_VERBS_PROF=1, two clock system calls per chain in the VM)
 for mode in posted waited posted; do
     echo
     echo "== fmem-rdmabench, fmem alone, log flush $mode =="
     wp=0
     [ $mode = waited ] && wp=1
     # shellcheck disable=SC2086
-    FMEM_VERBS_WAIT_POSTS=$wp $cli_cpu "$B/bench/fmem-rdmabench" \
+    FMEM_VERBS_WAIT_POSTS=$wp FMEM_VERBS_PROF=1 $cli_cpu "$B/bench/fmem-rdmabench" \
         --fmem "rdma://$addr:7481?token=$token" --allocators fmem $rdma_args || rc=$((rc + 4))
 done
 kill $mnode $serve

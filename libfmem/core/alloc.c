@@ -1,6 +1,7 @@
 /* alloc.c - front end of the protocol on one node: pick the layer by size,
  * hand out and check capability keys, and order a free so that the old key
  * dies before the block can be handed to anyone else. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -41,6 +42,7 @@ static int give_key(struct node *n, uint64_t off, uint64_t *cap)
 }
 
 static bool wait_quarantined(struct node *n);
+static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap);
 
 int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
 {
@@ -77,6 +79,7 @@ int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
     if (!n->tp->wkeys_off && (rc = give_key(n, key_off(n, *chunk, log2c), &cap)) != 0)
         return rc;
     *rkey = cap_main(cap);
+    own_remember(n, *chunk, log2c, cap);
     return 0;
 }
 
@@ -343,11 +346,41 @@ static bool wait_quarantined(struct node *n)
     return any;
 }
 
-/* Commit the free of an allocated block whose key entry was `cap` and log
- * entry `e` (checked by the caller). */
-static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, uint64_t e)
+#define OWN_NOT 1 /* own_free: not done, free the general way */
+
+/* After the own key CAS of a free: the log entry was `cur`, not the entry
+ * the free expected. Mark what is there when it is this allocation (a
+ * concurrent free of the same block that lost the key CAS set the mark
+ * first, or the allocation's flush landed only now); when the entry lacks
+ * the allocation (its flush has not landed, or was lost with its queue
+ * pair), flush it from the span header first. */
+static void mark_found(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cur)
 {
-    uint64_t off = key_off(n, chunk, log2c), bell = 0;
+    bool settled = false;
+    for (int i = 0; i < 8 && !(cur & LOG_QUARANTINE); i++) {
+        if (!log_valid(cur) || !log_alloc(cur) || log_log2(cur) != log2c) {
+            uint64_t h;
+            if (settled || log2c > 4 ||
+                tp_read(n->tp, span_hdr_off(n, chunk / CHUNKS_PER_SPAN), &h, 8) < 0 ||
+                settle(n, chunk, log2c, h, &cur) != 0)
+                break;
+            settled = true;
+            continue;
+        }
+        uint64_t seen = cur;
+        if (tp_cas(n->tp, log_off(n, chunk), seen, seen | LOG_QUARANTINE, &cur) != 0)
+            break;
+    }
+}
+
+/* Commit the free of an allocated block whose key entry was `cap` and log
+ * entry `e` (checked by the caller, or remembered from the own allocation:
+ * then guard_rkey is the block's key, read from the block ahead of the
+ * CASes in the same chain; see own_free). */
+static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, uint64_t e,
+                      uint32_t guard_rkey)
+{
+    uint64_t off = key_off(n, chunk, log2c), bell = 0, guard;
     bool wk = n->tp->wkeys_off != 0;
     for (;;) {
         uint64_t next;
@@ -365,36 +398,129 @@ static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t c
         } else {
             next = revoked_cap(n, cap);
         }
-        struct tp_op ops[3] = {
+        struct tp_op all[4] = {
+            {.kind = TP_READ, .off = data_off(n, chunk), .buf = &guard, .len = 8,
+             .rkey = guard_rkey},
             {.kind = TP_CAS, .off = off, .expect = cap, .desired = next},
             {.kind = TP_CAS, .off = log_off(n, chunk), .expect = e, .desired = e | LOG_QUARANTINE},
             {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8},
         };
+        struct tp_op *ops = guard_rkey ? all : all + 1;
         if (wk)
             bell = wk_bell(n, off);
-        int rc = tp_batch(n->tp, ops, wk ? 3 : 2);
+        int rc = tp_batch(n->tp, ops, (wk ? 3 : 2) + (guard_rkey != 0));
+        if (rc == FMEM_EACCES && guard_rkey)
+            return OWN_NOT; /* the key is dead: not ours to free this way */
+        guard_rkey = 0;
         if (rc)
             return rc;
-        if (ops[0].old == cap) {
-            /* ours. The mark CAS fails when a concurrent free of the same
-             * block (which lost the key CAS) set it first, or when the
-             * allocation's own flush landed only now (the checks read an
-             * older entry): mark what is there then. */
-            uint64_t cur = ops[1].old;
-            for (int i = 0; i < 8 && cur != e && !(cur & LOG_QUARANTINE) && log_valid(cur) &&
-                            log_alloc(cur) && log_log2(cur) == log2c;
-                 i++) {
-                uint64_t seen = cur;
-                if (tp_cas(n->tp, log_off(n, chunk), seen, seen | LOG_QUARANTINE, &cur) != 0)
-                    break;
-            }
+        if (all[1].old == cap) {
+            /* ours */
+            if (all[2].old != e)
+                mark_found(n, chunk, log2c, all[2].old);
             remember_quarantined(n, chunk, log2c);
             return 0;
         }
-        if (cap_main(ops[0].old) != cap_main(cap))
+        if (cap_main(all[1].old) != cap_main(cap))
             return FMEM_EDOUBLEFREE; /* a concurrent free of the same block won */
-        cap = ops[0].old;
+        cap = all[1].old;
     }
+}
+
+/* ---- the free of an own allocation ------------------------------------------
+ * A thread that frees a chunk-layer block it allocated itself knows what
+ * the checks before a free would read: the key entry (read with the
+ * commit) and the log entry (the allocation's, flushed by a post that
+ * goes out ahead of anything else on the thread's queue pair). Its free is
+ * then the quarantine chain alone, one round trip, led by an 8-byte READ of
+ * the block with the handle's key: if the block was freed meanwhile (a
+ * copy of the handle, another thread) and handed out again, its old window
+ * is destroyed first, the READ is refused, and the NIC executes nothing
+ * behind it on that queue pair. If it was freed but not yet handed out
+ * again, the key CAS fails (the main key changed) and the free reports a
+ * double free as after the checks. Over windows only (the key entry of an
+ * allocated block with a backup changes by frees alone, mnode: regen_pass)
+ * and not where keys work from one queue pair only (type-2 windows). */
+#define OWN_SLOTS 128
+
+/* Slot of a block: blocks of one size are consecutive numbers here, so a
+ * thread's live allocations of one size do not evict each other. */
+static unsigned own_slot(uint64_t chunk, unsigned log2c)
+{
+    return (unsigned)(((chunk >> log2c) + 37u * log2c) % OWN_SLOTS);
+}
+
+struct own_alloc {
+    const struct node *n;
+    uint64_t chunk, cap, e, lost;
+    uint32_t rkey;
+    unsigned log2c;
+};
+
+/* On the heap, once per thread (freed when it exits): a static TLS array
+ * this large would not fit where libfmem.so is loaded with dlopen. */
+static _Thread_local struct own_alloc *tl_own;
+static pthread_key_t own_key;
+static pthread_once_t own_once = PTHREAD_ONCE_INIT;
+static bool own_key_ok;
+
+static void own_key_init(void)
+{
+    own_key_ok = pthread_key_create(&own_key, free) == 0;
+}
+
+static struct own_alloc *own_table(bool create)
+{
+    if (tl_own || !create)
+        return tl_own;
+    pthread_once(&own_once, own_key_init);
+    if (!own_key_ok)
+        return NULL;
+    struct own_alloc *t = calloc(OWN_SLOTS, sizeof *t);
+    if (t && pthread_setspecific(own_key, t) != 0) {
+        free(t);
+        t = NULL;
+    }
+    return tl_own = t;
+}
+
+static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap)
+{
+    uint64_t c, want, s = chunk / CHUNKS_PER_SPAN;
+    if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4)
+        return;
+    struct own_alloc *t = own_table(true);
+    if (!t)
+        return;
+    struct own_alloc *o = &t[own_slot(chunk, log2c)];
+    o->n = NULL;
+    if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4 || !quarantines(n, log2c) ||
+        cap_backup(cap) == 0 || cap_main(cap) == 0 ||
+        !log_expected_span(s, cache_get(n->span_cache, s), &c, &want) || c != chunk ||
+        !log_alloc(want) || log_log2(want) != log2c)
+        return;
+    *o = (struct own_alloc){.n = n, .chunk = chunk, .log2c = log2c, .rkey = cap_main(cap),
+                            .cap = cap, .e = want, .lost = tp_post_lost(n->tp)};
+}
+
+/* 0: freed; OWN_NOT: not a remembered own allocation (or its key is
+ * dead): free it the general way; else an error. */
+static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
+{
+    struct own_alloc *t = own_table(false);
+    if (!t)
+        return OWN_NOT;
+    struct own_alloc *o = &t[own_slot(chunk, log2c)];
+    if (o->n != n || o->chunk != chunk || o->log2c != log2c)
+        return OWN_NOT;
+    struct own_alloc a = *o;
+    o->n = NULL; /* used once, whatever happens */
+    if (a.rkey != rkey || a.lost != tp_post_lost(n->tp))
+        return OWN_NOT; /* another key, or the flush may be lost */
+    int rc = quarantine(n, chunk, log2c, a.cap, a.e, rkey);
+    if (rc == 0)
+        tp_trace.own_frees++;
+    return rc;
 }
 
 int node_quarantine_finish(struct node *n, uint64_t chunk, unsigned log2c)
@@ -456,7 +582,12 @@ int node_free_verdict(struct node *n, uint64_t chunk, unsigned log2c, uint32_t r
 int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
     uint64_t h, cap, e;
-    int rc = free_read(n, chunk, log2c, rkey, &h, &cap, &e);
+    int rc = block_ok(n, chunk, log2c) ? own_free(n, chunk, log2c, rkey) : OWN_NOT;
+    if (rc == 0)
+        CRASH_POINT(CP_FREE_QUARANTINED);
+    if (rc != OWN_NOT)
+        return rc;
+    rc = free_read(n, chunk, log2c, rkey, &h, &cap, &e);
     if (rc)
         return rc;
     if ((rc = settle(n, chunk, log2c, h, &e)) != 0)
@@ -465,7 +596,7 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
     if (rc)
         return rc;
     if (quarantines(n, log2c)) {
-        rc = quarantine(n, chunk, log2c, cap, e);
+        rc = quarantine(n, chunk, log2c, cap, e, 0);
         if (rc)
             return rc;
         CRASH_POINT(CP_FREE_QUARANTINED);

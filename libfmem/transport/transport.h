@@ -29,6 +29,7 @@ struct tp_op {
 struct tp_trace {
     uint64_t cas, cas_fail, reads, writes, round_trips;
     uint64_t log_cas; /* of `cas`, the ones that flushed a redo log */
+    uint64_t own_frees; /* frees of own allocations in one chain (alloc.c) */
 };
 extern _Thread_local struct tp_trace tp_trace;
 
@@ -69,6 +70,8 @@ struct transport {
     uint64_t remote_base; /* verbs: remote address of offset 0, else 0 */
     uint64_t wkeys_off; /* verbs: window-key table (wkeys.h) at these offsets */
     uint64_t wkeys_size; /*  (0: keys are in the capability table) */
+    bool keys_bound_qp; /* verbs type-2 windows: a block's key works from
+                         * one queue pair only (not the allocator's) */
     uint64_t rtt_ns;   /* injected delay per round trip */
     enum tp_rtt_mode rtt_mode;
     uint64_t bw;       /* emulated link bandwidth, bytes/s; 0: none (shm) */

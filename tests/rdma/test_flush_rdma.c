@@ -8,9 +8,13 @@
 #include <fmem.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "transport.h"
+#include "verbs/transport_verbs.h"
 
 static char uri[400];
 
@@ -32,10 +36,19 @@ Test(flush_rdma, allocation_takes_fewer_than_two_round_trips)
     enum { N = 64 };
     fmem_handle h[N];
     struct tp_trace before = tp_trace;
+    struct verbs_prof vb, va;
+    verbs_transport_thread_prof(&vb);
     for (int i = 0; i < N; i++)
         cr_assert_eq(fmem_alloc(p, 4096, &h[i]), 0);
+    verbs_transport_thread_prof(&va);
     uint64_t rt = tp_trace.round_trips - before.round_trips,
-             logcas = tp_trace.log_cas - before.log_cas;
+             logcas = tp_trace.log_cas - before.log_cas, posts = va.posts - vb.posts;
+    fprintf(stderr, "flush_rdma: %.2f ibv_post_send calls, %.2f work requests per allocation\n",
+            (double)posts / N, (double)(va.wrs - vb.wrs) / N);
+    /* the flush is held and goes out in front of the next chain: one
+     * ibv_post_send (a system call on soft-RoCE) per chain */
+    cr_assert_leq(posts, rt, "%llu posts for %llu chains", (unsigned long long)posts,
+                  (unsigned long long)rt);
     fprintf(stderr, "flush_rdma: %d allocations of 4 KiB: %.2f round trips, %.2f log CAS each\n",
             N, (double)rt / N, (double)logcas / N);
     /* the commit chain is one round trip; the flush no longer adds one
@@ -100,4 +113,90 @@ Test(flush_rdma, freed_at_once_by_another_thread)
     pthread_join(th, NULL);
     cr_assert_eq(ho.bad_free, 0, "a free failed: %s", fmem_strerror(ho.bad_free));
     fmem_close(ho.p);
+}
+
+/* A thread freeing blocks it allocated itself knows their key and log
+ * entries from the allocation: each free is one chain (alloc.c, own_free),
+ * not the checks plus the quarantine chain. */
+Test(flush_rdma, own_free_takes_one_round_trip)
+{
+    fmem_pool *p;
+    cr_assert_eq(fmem_open(uri, &p), 0);
+    /* one size at a time: blocks of different sizes may share a slot of
+     * the per-thread record (alloc.c, own_slot) and then take the checks */
+    enum { N = 64 };
+    fmem_handle h[N];
+    uint64_t rt = 0, own = 0;
+    for (int half = 0; half < 2; half++) {
+        for (int i = half * N / 2; i < (half + 1) * N / 2; i++)
+            cr_assert_eq(fmem_alloc(p, half ? 65536 : 4096, &h[i]), 0);
+        struct tp_trace before = tp_trace;
+        for (int i = half * N / 2; i < (half + 1) * N / 2; i++)
+            cr_assert_eq(fmem_free(p, &h[i]), 0, "free %d", i);
+        rt += tp_trace.round_trips - before.round_trips;
+        own += tp_trace.own_frees - before.own_frees;
+    }
+    fprintf(stderr, "flush_rdma: %d own frees: %.2f round trips each, %llu in one chain\n", N,
+            (double)rt / N, (unsigned long long)own);
+    cr_assert_geq(own, (uint64_t)N * 9 / 10, "only %llu of %d frees took one chain",
+                  (unsigned long long)own, N);
+    cr_assert_lt(rt, (uint64_t)N * 5 / 4, "%llu round trips for %d frees",
+                 (unsigned long long)rt, N);
+    /* a second free of each is refused, by the general path */
+    for (int i = 0; i < N; i++) {
+        int rc = fmem_free(p, &h[i]);
+        cr_assert(rc == FMEM_EDOUBLEFREE || rc == FMEM_EACCES, "double free %d: %s", i,
+                  fmem_strerror(rc));
+    }
+    fmem_close(p);
+}
+
+/* The own-free record of a block another thread freed is stale: using it
+ * must not free anything (its key CAS or its guarding READ fails), and
+ * the allocating thread's later calls work. */
+static fmem_pool *stale_p;
+static void *free_other(void *arg)
+{
+    return (void *)(intptr_t)fmem_free(stale_p, arg);
+}
+
+Test(flush_rdma, stale_own_free_is_refused)
+{
+    cr_assert_eq(fmem_open(uri, &stale_p), 0);
+    enum { N = 16 };
+    fmem_handle h[N];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(fmem_alloc(stale_p, 4096, &h[i]), 0);
+    for (int i = 0; i < N; i++) { /* freed by another thread (queue pair) */
+        pthread_t th;
+        void *rc;
+        cr_assert_eq(pthread_create(&th, NULL, free_other, &h[i]), 0);
+        pthread_join(th, &rc);
+        cr_assert_eq((intptr_t)rc, 0, "free by another thread: %s", fmem_strerror((int)(intptr_t)rc));
+    }
+    /* half at once, half once the memory node had time to destroy the old
+     * windows and hand the blocks back to their layers */
+    for (int i = 0; i < N; i++) {
+        if (i == N / 2) {
+            struct timespec ts = {0, 300000000};
+            nanosleep(&ts, NULL);
+        }
+        int rc = fmem_free(stale_p, &h[i]);
+        cr_assert(rc == FMEM_EDOUBLEFREE || rc == FMEM_EACCES, "stale free %d: %s", i,
+                  fmem_strerror(rc));
+    }
+    for (int round = 0; round < 2; round++) {
+        fmem_handle g[N];
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(fmem_alloc(stale_p, 4096, &g[i]), 0);
+        for (int i = 0; i < N; i++) {
+            char b[8] = "fmemtest", r[8];
+            cr_assert_eq(fmem_write(stale_p, &g[i], 0, b, 8), 0);
+            cr_assert_eq(fmem_read(stale_p, &g[i], 0, r, 8), 0);
+            cr_assert_eq(memcmp(b, r, 8), 0);
+        }
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(fmem_free(stale_p, &g[i]), 0);
+    }
+    fmem_close(stale_p);
 }

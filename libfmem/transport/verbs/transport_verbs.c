@@ -33,9 +33,10 @@
 #define MAX_SGE_BYTES (1u << 20)    /* split reads and writes at 1 MiB */
 #define CM_TIMEOUT_MS 5000
 #define ACK_TIMEOUT 15 /* 4.096 us << 15 per try */
-/* Posted CASes (verbs_post) wait in the send queue, unsignaled, for the
- * next batch; their results land in the bounce buffer's last page, which
- * batches do not use. */
+/* Posted CASes (verbs_post) are held by the queue pair, unsignaled, and
+ * go out linked in front of its next batch (one ibv_post_send, which on
+ * soft-RoCE is a system call, for both); their results land in the bounce
+ * buffer's last page, which batches do not use. */
 #define POSTED_MAX 32
 #define POSTED_AREA 4096u
 #define BOUNCE_CHAIN (BOUNCE_SIZE - POSTED_AREA)
@@ -58,6 +59,10 @@ struct verbs_conn {
     uint32_t peer_qp; /* the memory node's end of this queue pair */
     unsigned posted;  /* unsignaled posts not yet followed by a completion */
     unsigned posted_seq;
+    /* posts not handed to the NIC yet: they lead the next chain */
+    unsigned npend;
+    struct ibv_send_wr pend_wr[POSTED_MAX];
+    struct ibv_sge pend_sge[POSTED_MAX];
 };
 
 struct verbs_transport {
@@ -75,6 +80,9 @@ struct verbs_transport {
     atomic_bool fenced;       /* the memory node refused our session */
     bool wait_posts;          /* FMEM_VERBS_WAIT_POSTS=1: posts wait like batches
                                * (the comparison in bench/rdma-bench.sh) */
+    bool prof_clock;          /* FMEM_VERBS_PROF=1: time each chain (tl_prof.wait_ns).
+                               * Off by default: without a TSC the clock is a
+                               * system call, two per chain (soft-RoCE VM) */
 };
 
 static _Atomic unsigned conn_rr;
@@ -156,6 +164,7 @@ static void conn_close(struct verbs_conn *c)
     c->cq = NULL;
     c->pd = NULL;
     c->broken = false;
+    c->npend = 0;
 }
 
 static int conn_open(struct verbs_transport *v, struct verbs_conn *c, struct verbs_welcome *w)
@@ -254,6 +263,17 @@ static void target(const struct verbs_transport *v, const struct tp_op *op, uint
     }
 }
 
+/* The held posts of c linked in front of chain `wr` (they leave c). */
+static struct ibv_send_wr *pend_link(struct verbs_conn *c, struct ibv_send_wr *wr)
+{
+    if (!c->npend)
+        return wr;
+    for (unsigned i = 0; i < c->npend; i++)
+        c->pend_wr[i].next = i + 1 < c->npend ? &c->pend_wr[i + 1] : wr;
+    c->npend = 0;
+    return &c->pend_wr[0];
+}
+
 /* Post ops[0..n) (all fitting the bounce buffer and MAX_WR) and wait. */
 static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp_op *ops,
                       size_t n, size_t *bounce_off)
@@ -297,10 +317,13 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
         off += len;
     }
     wr[n - 1].send_flags = IBV_SEND_SIGNALED; /* selective signaling */
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct ibv_send_wr *head = pend_link(c, wr);
+    struct timespec t0 = {0};
+    if (v->prof_clock)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
     tl_prof.wrs += n;
-    if (ibv_post_send(c->qp, wr, &bad)) {
+    tl_prof.posts++;
+    if (ibv_post_send(c->qp, head, &bad)) {
         c->broken = true;
         return FMEM_EIO;
     }
@@ -322,7 +345,7 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
             c->broken = true;
             if (c->posted)
                 atomic_fetch_add(&v->posts_lost, 1);
-            c->posted = 0;
+            c->posted = c->npend = 0;
             if (getenv("FMEM_DEBUG"))
                 fprintf(stderr, "fmem: rdma: %s\n", ibv_wc_status_str(wc.status));
             errno = EACCES;
@@ -334,9 +357,12 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
         if (wc.wr_id == n - 1)
             break;
     }
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    tl_prof.wait_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000 + t1.tv_nsec - t0.tv_nsec);
+    if (v->prof_clock) {
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        tl_prof.wait_ns +=
+            (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000 + t1.tv_nsec - t0.tv_nsec);
+    }
     c->posted = 0; /* completions come in order: the posts before are done */
     for (size_t i = 0; i < n; i++) {
         if (ops[i].kind == TP_READ)
@@ -445,23 +471,21 @@ static int verbs_post(struct transport *t, struct tp_op *op)
         pthread_mutex_unlock(&c->lock);
         return rc ? rc : 1;
     }
-    if (rc == 0) {
+    if (rc == 0) { /* held: it leads the next chain of this queue pair */
         char *res = c->bounce + BOUNCE_CHAIN + 8 * (c->posted_seq++ % (POSTED_AREA / 8));
-        struct ibv_sge sge = {.addr = (uintptr_t)res, .length = 8, .lkey = c->mr->lkey};
-        struct ibv_send_wr wr = {.wr_id = POSTED_WR_ID, .sg_list = &sge, .num_sge = 1,
-                                 .opcode = IBV_WR_ATOMIC_CMP_AND_SWP}, *bad;
+        struct ibv_sge *sge = &c->pend_sge[c->npend];
+        struct ibv_send_wr *wr = &c->pend_wr[c->npend];
+        *sge = (struct ibv_sge){.addr = (uintptr_t)res, .length = 8, .lkey = c->mr->lkey};
+        *wr = (struct ibv_send_wr){.wr_id = POSTED_WR_ID, .sg_list = sge, .num_sge = 1,
+                                   .opcode = IBV_WR_ATOMIC_CMP_AND_SWP};
         uint32_t rkey;
-        target(v, op, &wr.wr.atomic.remote_addr, &rkey);
-        wr.wr.atomic.rkey = rkey;
-        wr.wr.atomic.compare_add = op->expect;
-        wr.wr.atomic.swap = op->desired;
+        target(v, op, &wr->wr.atomic.remote_addr, &rkey);
+        wr->wr.atomic.rkey = rkey;
+        wr->wr.atomic.compare_add = op->expect;
+        wr->wr.atomic.swap = op->desired;
         tl_prof.wrs++;
-        if (ibv_post_send(c->qp, &wr, &bad)) {
-            c->broken = true;
-            rc = FMEM_EIO;
-        } else {
-            c->posted++;
-        }
+        c->npend++;
+        c->posted++;
     }
     pthread_mutex_unlock(&c->lock);
     return rc;
@@ -529,6 +553,8 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
         pthread_mutex_init(&v->conn[i].lock, NULL);
     const char *wp = getenv("FMEM_VERBS_WAIT_POSTS");
     v->wait_posts = wp && !strcmp(wp, "1");
+    const char *pc = getenv("FMEM_VERBS_PROF");
+    v->prof_clock = pc && !strcmp(pc, "1");
     v->hello = (struct verbs_hello){.magic = VERBS_MAGIC, .version = VERBS_VERSION,
                                     .role = p->role, .session = p->session};
     /* a service's queue pairs, reconnects included, share one session id:
@@ -568,6 +594,7 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
     v->t.base = NULL; /* no direct mapping */
     v->t.remote_base = v->w.base;
     v->t.name = "verbs";
+    v->t.keys_bound_qp = v->w.mw_type == 2;
     if (v->w.wk_size) { /* window-key table, addressed after the pool */
         v->t.wkeys_off = (v->w.size + 4095) & ~UINT64_C(4095);
         v->t.wkeys_size = v->w.wk_size;
@@ -690,7 +717,8 @@ int verbs_transport_bind2(struct transport *t, uint64_t off, uint64_t len, uint3
         struct ibv_send_wr sw = {.wr_id = 0, .sg_list = &ss, .num_sge = 1,
                                  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
                            *sbad;
-        if (ibv_post_recv(c->qp, &rw, &rbad) || ibv_post_send(c->qp, &sw, &sbad)) {
+        if (ibv_post_recv(c->qp, &rw, &rbad) ||
+            ibv_post_send(c->qp, pend_link(c, &sw), &sbad)) {
             c->broken = true;
             rc = FMEM_EIO;
         }
@@ -724,7 +752,7 @@ int verbs_transport_revoke2(struct transport *t, uint32_t rkey)
                                  .opcode = IBV_WR_SEND_WITH_INV,
                                  .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = rkey},
                            *sbad;
-        if (ibv_post_send(c->qp, &sw, &sbad)) {
+        if (ibv_post_send(c->qp, pend_link(c, &sw), &sbad)) {
             c->broken = true;
             rc = FMEM_EIO;
         } else {

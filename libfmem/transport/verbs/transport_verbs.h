@@ -33,11 +33,12 @@ uint64_t verbs_transport_session(const struct transport *t);
 /* Has the memory node refused to reconnect us because it fenced our
  * session? Every later operation fails. */
 bool verbs_transport_fenced(struct transport *t);
-/* The calling thread's work requests posted on verbs transports (chained
- * and posted alone) and its time from posting each chain to its
- * completion, since it started: for profiles (bench/fmem-rdmabench). */
+/* The calling thread's work requests on verbs transports (chained and
+ * held posts), its ibv_post_send calls (each a system call on soft-RoCE)
+ * and its time from posting each chain to its completion, since it
+ * started: for profiles (bench/fmem-rdmabench). */
 struct verbs_prof {
-    uint64_t wrs, wait_ns;
+    uint64_t wrs, wait_ns, posts;
 };
 void verbs_transport_thread_prof(struct verbs_prof *out);
 int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES]);
