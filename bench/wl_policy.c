@@ -9,6 +9,9 @@
  *   --cache SIZE     region cache (default 2M)
  *   --unit SIZE      fetch unit (default 16K)
  *   --rounds N       rounds, the median of which is reported (default 3)
+ *   --pairs K        confirmation pairs per finalist (default 6, 1..15)
+ *   --rand-scale M   the random gather's reads in the confirmation phase,
+ *                    times those of the selection phase (default 4)
  *   --json           one JSON object per line on stdout
  *   --verbose        every run's figure and units fetched / read ahead
  *
@@ -50,7 +53,23 @@
  * two policy runs around its block) / (its run): on a shared machine the
  * load changes within seconds, and a comparison of runs made half a
  * minute apart measured the load, not the settings. The best fixed
- * setting of a workload is the one with the lowest such ratio. Before
+ * setting of the selection phase is the one with the lowest such ratio.
+ *
+ * That lowest of 24 noisy ratios is biased toward the fixed settings (the
+ * winner's curse: it is the luckiest sample more than the best setting),
+ * so the verdict comes from a confirmation phase in the same run: per
+ * workload the 3 settings with the lowest ratios (the finalists) and the
+ * policy alternate in K pairs, ABBA (even pairs the policy first, odd
+ * pairs the finalist first; the finalists take turns pair by pair), and
+ * the figure is the median of the K paired ratios policy / finalist,
+ * printed with its min, quartiles and max next to the selection ratio.
+ * The verdict per workload is against the finalist with the lowest
+ * median. The random gather does M times as many reads per run there
+ * (512 selection reads are about a second; the report gives one
+ * confirmation run's time). A sanity row on rand runs the policy's own
+ * region with the read-ahead depth and I/O width fixed at the values the
+ * policy reports there: the same placement, so its ratio should be near 1.
+ * Before
  * each run the cache is emptied of the data by reading a separate area
  * of the region. Every page read is checked against the stamp written
  * into it; a wrong one fails the benchmark. The report also gives how
