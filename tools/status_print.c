@@ -60,7 +60,7 @@ void json_node(FILE *f, unsigned index, const char *pool, const char *path,
 
 /* ---- text ----------------------------------------------------------------- */
 
-static void human(char *b, size_t n, uint64_t v)
+void status_human(char *b, size_t n, uint64_t v)
 {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double d = (double)v;
@@ -75,11 +75,11 @@ static void human(char *b, size_t n, uint64_t v)
 void status_print_occ(const struct occ_report *r, FILE *f)
 {
     char cap[32], used[32], fr[32], big[32], meta[32];
-    human(cap, sizeof cap, r->capacity_bytes);
-    human(used, sizeof used, r->used_bytes);
-    human(fr, sizeof fr, r->free_bytes);
-    human(big, sizeof big, r->largest_free_bytes);
-    human(meta, sizeof meta, r->metadata_bytes);
+    status_human(cap, sizeof cap, r->capacity_bytes);
+    status_human(used, sizeof used, r->used_bytes);
+    status_human(fr, sizeof fr, r->free_bytes);
+    status_human(big, sizeof big, r->largest_free_bytes);
+    status_human(meta, sizeof meta, r->metadata_bytes);
     fprintf(f, "  capacity %s, used %s (%.1f%%), free %s, metadata %s\n", cap, used,
             r->capacity_bytes ? 100.0 * (double)r->used_bytes / (double)r->capacity_bytes : 0.0, fr,
             meta);
@@ -97,7 +97,7 @@ void status_print_occ(const struct occ_report *r, FILE *f)
         if (!r->blocks[k])
             continue;
         char sz[32];
-        human(sz, sizeof sz, FMEM_CHUNK_SIZE << k);
+        status_human(sz, sizeof sz, FMEM_CHUNK_SIZE << k);
         fprintf(f, " %s x%llu", sz, (unsigned long long)r->blocks[k]);
         any = 1;
     }

@@ -15,6 +15,8 @@ void status_print_text(const struct st_report *r, FILE *f);
 /* One JSON object and a newline. */
 void status_print_json(const struct st_report *r, FILE *f);
 
+/* A byte count for people: "512 B", "1.5 MiB". */
+void status_human(char *b, size_t n, uint64_t v);
 /* A JSON string (quoted and escaped). */
 void json_string(FILE *f, const char *s);
 /* One node's space as a JSON object: {"node": index, "pool": ..., "path":

@@ -20,18 +20,6 @@
 
 #define U(x) ((unsigned long long)(x))
 
-static void human(char *b, size_t n, uint64_t v)
-{
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double d = (double)v;
-    int i = 0;
-    while (d >= 1024 && i < 4) {
-        d /= 1024;
-        i++;
-    }
-    snprintf(b, n, i ? "%.1f %s" : "%.0f %s", d, u[i]);
-}
-
 static const char *tier_name(uint32_t t)
 {
     switch (t) {
@@ -69,11 +57,11 @@ static void fixed_text(char *b, size_t n, uint32_t set)
 static void text_region(const struct sp_region *r, FILE *f)
 {
     char sz[32], unit[32], cache[32], held[32], remote[32], fx[80];
-    human(sz, sizeof sz, r->size);
-    human(unit, sizeof unit, r->unit);
-    human(cache, sizeof cache, r->cache_bytes);
-    human(held, sizeof held, r->cached_bytes);
-    human(remote, sizeof remote, r->remote_bytes);
+    status_human(sz, sizeof sz, r->size);
+    status_human(unit, sizeof unit, r->unit);
+    status_human(cache, sizeof cache, r->cache_bytes);
+    status_human(held, sizeof held, r->cached_bytes);
+    status_human(remote, sizeof remote, r->remote_bytes);
     fixed_text(fx, sizeof fx, r->fixed);
     fprintf(f, "  region %llu: %s in %s units, cache %s (%s held), %s in far memory\n",
             U(r->serial), sz, unit, cache, held, remote);
@@ -91,8 +79,8 @@ static void text_region(const struct sp_region *r, FILE *f)
     for (unsigned k = 0; k < r->npaths; k++) {
         const struct sp_path *p = &r->path[k];
         char in[32], out[32];
-        human(in, sizeof in, p->bytes_fetched);
-        human(out, sizeof out, p->bytes_written);
+        status_human(in, sizeof in, p->bytes_fetched);
+        status_human(out, sizeof out, p->bytes_written);
         fprintf(f, "    path %u (%s)%s: %llu chunks, read %s, written %s, %llu transfers, "
                    "%.2f MB/s, %.1f us each\n",
                 p->node, p->kind[0] ? p->kind : "?", p->placing ? " placing" : "",
@@ -104,11 +92,11 @@ static void text_region(const struct sp_region *r, FILE *f)
 static void text_node(const struct sp_node *n, FILE *f)
 {
     char cap[32], held[32], stored[32], rd[32], wr[32];
-    human(cap, sizeof cap, n->capacity_bytes);
-    human(held, sizeof held, n->held_bytes);
-    human(stored, sizeof stored, n->stored_bytes);
-    human(rd, sizeof rd, n->bytes_read);
-    human(wr, sizeof wr, n->bytes_written);
+    status_human(cap, sizeof cap, n->capacity_bytes);
+    status_human(held, sizeof held, n->held_bytes);
+    status_human(stored, sizeof stored, n->stored_bytes);
+    status_human(rd, sizeof rd, n->bytes_read);
+    status_human(wr, sizeof wr, n->bytes_written);
     fprintf(f, "  node %s (%s): capacity %s, holds %s", n->kind, n->detail, cap, held);
     if (n->stored_bytes)
         fprintf(f, " for %s stored", stored);
