@@ -21,6 +21,7 @@
 
 #include "heap_compact.h"
 #include "heap_internal.h"
+#include "compact_crash.h"
 
 static char uri[128];
 static fmem_pool *pool;
@@ -495,62 +496,16 @@ Test(compact, frees_and_allocations_race_compaction, .timeout = 180)
 
 /* ---- crash during a merge ---------------------------------------------- */
 
-static int crash_step;
-static void crash_hook(int step)
+static void fill_fragmented(fmem_heap *h)
 {
-    if (step == crash_step)
-        kill(getpid(), SIGKILL);
+    static void *o[20000];
+    for (int i = 0; i < 20000; i++)
+        o[i] = fmem_heap_malloc(h, 128);
+    for (int i = 0; i < 20000; i++)
+        if (i % 7)
+            fmem_heap_free(h, o[i]);
 }
-
-static void crash_at(int step)
-{
-    char name[96], u[160];
-    snprintf(name, sizeof name, "fmem-compact-crash-%d-%d", getpid(), step);
-    snprintf(u, sizeof u, "shm:/%s?size=64M", name);
-    fmem_pool *p;
-    cr_assert_eq(fmem_open(u, &p), 0);
-    unsigned *child_uid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        fmem_pool *cp;
-        fmem_heap *h;
-        if (fmem_open(u, &cp) || fmem_heap_new_compactable(cp, NULL, &h))
-            _exit(3);
-        *child_uid = fmem_user_id(cp, 0);
-        static void *o[20000];
-        for (int i = 0; i < 20000; i++)
-            o[i] = fmem_heap_malloc(h, 128);
-        for (int i = 0; i < 20000; i++)
-            if (i % 7)
-                fmem_heap_free(h, o[i]);
-        crash_step = step;
-        heap_compact_hook = crash_hook;
-        fmem_heap_compact(h, 0);
-        _exit(5); /* the crash point was not reached */
-    }
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "step %d: status %#x", step,
-              status);
-    cr_assert_neq(*child_uid, 0);
-    fmem_stats_t st;
-    fmem_stats(p, &st);
-    cr_assert_gt(st.allocated_bytes, 0, "the dead child's chunks are still allocated");
-    fmem_recovery_stats rs;
-    cr_assert_eq(fmem_recover(p, *child_uid, &rs), 0);
-    fmem_verify_report vr;
-    cr_assert_eq(fmem_verify(p, &vr, stderr), 0);
-    cr_expect_eq(vr.errors, 0, "verifier dirty after a crash at step %d", step);
-    fmem_stats(p, &st);
-    cr_expect_eq(st.allocated_bytes, 0, "step %d: %llu bytes lost", step,
-                 (unsigned long long)st.allocated_bytes);
-    fmem_handle all; /* every chunk is back: the whole pool is one block */
-    cr_expect_eq(fmem_alloc(p, st.capacity_bytes, &all), 0);
-    fmem_close(p);
-    munmap(child_uid, 4096);
-    fmem_unlink(u);
-}
+static void crash_at(int step) { compact_crash_at("compact", step, fill_fragmented); }
 
 Test(compact, crash_after_copy_loses_no_chunk) { crash_at(1); }
 Test(compact, crash_after_remap_loses_no_chunk) { crash_at(2); }

@@ -1,0 +1,68 @@
+/* compact_crash.h - crash points inside fmem_heap_compact, shared by the
+ * compaction tests: a child process fills a compactable heap (fill), its
+ * compaction is killed at one step (heap_compact_hook), and the parent
+ * checks that recovery gives every chunk back and the verifier is clean.
+ * Include after criterion, fmem.h, fmem_admin.h, fmem_far.h and
+ * heap_compact.h. */
+#ifndef FMEM_TESTS_COMPACT_CRASH_H
+#define FMEM_TESTS_COMPACT_CRASH_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int crash_step;
+static void crash_hook(int step)
+{
+    if (step == crash_step)
+        kill(getpid(), SIGKILL);
+}
+
+static void compact_crash_at(const char *tag, int step, void (*fill)(fmem_heap *h))
+{
+    char u[160];
+    snprintf(u, sizeof u, "shm:/fmem-%s-crash-%d-%d?size=64M", tag, getpid(), step);
+    fmem_pool *p;
+    cr_assert_eq(fmem_open(u, &p), 0);
+    unsigned *child_uid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(child_uid, MAP_FAILED);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        fmem_pool *cp;
+        fmem_heap *h;
+        if (fmem_open(u, &cp) || fmem_heap_new_compactable(cp, NULL, &h))
+            _exit(3);
+        *child_uid = fmem_user_id(cp, 0);
+        fill(h);
+        crash_step = step;
+        heap_compact_hook = crash_hook;
+        fmem_heap_compact(h, 0);
+        _exit(5); /* the crash point was not reached */
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "step %d: status %#x", step,
+              status);
+    cr_assert_neq(*child_uid, 0);
+    fmem_stats_t st;
+    fmem_stats(p, &st);
+    cr_assert_gt(st.allocated_bytes, 0, "the dead child's chunks are still allocated");
+    fmem_recovery_stats rs;
+    cr_assert_eq(fmem_recover(p, *child_uid, &rs), 0);
+    fmem_verify_report vr;
+    cr_assert_eq(fmem_verify(p, &vr, stderr), 0);
+    cr_expect_eq(vr.errors, 0, "verifier dirty after a crash at step %d", step);
+    fmem_stats(p, &st);
+    cr_expect_eq(st.allocated_bytes, 0, "step %d: %llu bytes lost", step,
+                 (unsigned long long)st.allocated_bytes);
+    fmem_handle all; /* every chunk is back: the whole pool is one block */
+    cr_expect_eq(fmem_alloc(p, st.capacity_bytes, &all), 0);
+    fmem_close(p);
+    munmap(child_uid, 4096);
+    fmem_unlink(u);
+}
+
+#endif
