@@ -103,6 +103,15 @@ Test(mw2, stolen_key_is_refused_from_another_queue_pair)
     fmem_close(p);
 }
 
+/* add key k's window index to the set w[0..*n) */
+static void note_window(uint32_t *w, unsigned *n, uint32_t k)
+{
+    for (unsigned i = 0; i < *n; i++)
+        if (w[i] == k >> 8)
+            return;
+    w[(*n)++] = k >> 8;
+}
+
 Test(mw2, revoked_key_is_refused_and_a_rebind_has_a_new_key)
 {
     fmem_pool *p = owner(uri);
@@ -111,7 +120,8 @@ Test(mw2, revoked_key_is_refused_and_a_rebind_has_a_new_key)
     cr_assert_eq(fmem_alloc(p, 65536, &h), 0);
     uint64_t secret = 0x600dcafe, off = s->meta_size + h.addr;
     cr_assert_eq(fmem_write(p, &h, 0, &secret, 8), 0);
-    uint32_t k1, k2;
+    uint32_t k1, k2, windows[40];
+    unsigned nwindows = 0;
     for (int round = 0; round < 20; round++) {
         /* a refusal breaks the queue pair and the transport reconnects it:
          * the key must be bound to the queue pair A uses now */
@@ -124,14 +134,19 @@ Test(mw2, revoked_key_is_refused_and_a_rebind_has_a_new_key)
         qa = verbs_transport_peer_qp(a);
         cr_assert_eq(verbs_transport_bind2(s, off, h.length, qa, &k2), 0);
         cr_assert_neq(k2, k1, "a re-bound window kept its key");
-        /* the memory node kept the invalidated window for this bind (same
-         * window index, the key's upper 24 bits; only one bind at a time
-         * here): revocation took no window from the device */
-        cr_assert_eq(k2 >> 8, k1 >> 8, "the revoked window was not reused (%x, %x)", k1, k2);
+        note_window(windows, &nwindows, k1);
+        note_window(windows, &nwindows, k2);
         works(a, off, k2, secret, "the new key");
         cr_assert_eq(verbs_transport_revoke2(s, k2), 0);
         refused(a, off, k2, "the second revoked key");
     }
+    /* the memory node keeps invalidated windows for later binds (a
+     * window's index is the key's upper 24 bits): 40 binds use a few
+     * windows, not 40. Not asserted per bind: a window can come back
+     * after the next bind was served (seen once in a suite run: one bind
+     * got a fresh window, the next one the window revoked before) */
+    cr_assert_leq(nwindows, 4, "revoked windows were not reused: %u windows for 40 binds",
+                  nwindows);
     cr_assert_eq(fmem_free(p, &h), 0);
     tp_close(a);
     fmem_close(p);
