@@ -21,7 +21,7 @@
 
 #include "heap_compact.h"
 #include "heap_internal.h"
-#include "compact_crash.h"
+#include "compact_fixture.h"
 
 static char uri[128];
 static fmem_pool *pool;
@@ -45,22 +45,6 @@ static uint64_t xs(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return rng;
-}
-
-static void fill(void *p, size_t n, uint64_t seed)
-{
-    unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        b[i] = (unsigned char)(seed * 131 + i * 7 + (seed >> 8));
-}
-
-static int same(const void *p, size_t n, uint64_t seed)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != (unsigned char)(seed * 131 + i * 7 + (seed >> 8)))
-            return 0;
-    return 1;
 }
 
 static const size_t sizes[] = {16, 48, 64, 112, 256, 640, 1024, 4096};

@@ -23,7 +23,7 @@
 
 #include "heap_compact.h"
 #include "heap_internal.h"
-#include "compact_crash.h"
+#include "compact_fixture.h"
 
 static char uri[128];
 static fmem_pool *pool;
@@ -38,22 +38,6 @@ static void pool_down(void)
 {
     fmem_close(pool);
     fmem_unlink(uri);
-}
-
-static void fill(void *p, size_t n, uint64_t seed)
-{
-    unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        b[i] = (unsigned char)(seed * 131 + i * 7 + (seed >> 8));
-}
-
-static int same(const void *p, size_t n, uint64_t seed)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != (unsigned char)(seed * 131 + i * 7 + (seed >> 8)))
-            return 0;
-    return 1;
 }
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;

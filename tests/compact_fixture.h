@@ -1,17 +1,36 @@
-/* compact_crash.h - crash points inside fmem_heap_compact, shared by the
- * compaction tests: a child process fills a compactable heap (fill), its
- * compaction is killed at one step (heap_compact_hook), and the parent
- * checks that recovery gives every chunk back and the verifier is clean.
+/* compact_fixture.h - shared by the compaction tests: a byte pattern per
+ * object (fill, same) to check contents through merges, and crash points
+ * inside fmem_heap_compact: a child process fills a compactable heap
+ * (populate), its compaction is killed at one step (heap_compact_hook),
+ * and the parent checks that recovery gives every chunk back and the
+ * verifier is clean.
  * Include after criterion, fmem.h, fmem_admin.h, fmem_far.h and
  * heap_compact.h. */
-#ifndef FMEM_TESTS_COMPACT_CRASH_H
-#define FMEM_TESTS_COMPACT_CRASH_H
+#ifndef FMEM_TESTS_COMPACT_FIXTURE_H
+#define FMEM_TESTS_COMPACT_FIXTURE_H
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+static void fill(void *p, size_t n, uint64_t seed)
+{
+    unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(seed * 131 + i * 7 + (seed >> 8));
+}
+
+static int same(const void *p, size_t n, uint64_t seed)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != (unsigned char)(seed * 131 + i * 7 + (seed >> 8)))
+            return 0;
+    return 1;
+}
 
 static int crash_step;
 static void crash_hook(int step)
@@ -20,7 +39,7 @@ static void crash_hook(int step)
         kill(getpid(), SIGKILL);
 }
 
-static void compact_crash_at(const char *tag, int step, void (*fill)(fmem_heap *h))
+static void compact_crash_at(const char *tag, int step, void (*populate)(fmem_heap *h))
 {
     char u[160];
     snprintf(u, sizeof u, "shm:/fmem-%s-crash-%d-%d?size=64M", tag, getpid(), step);
@@ -36,7 +55,7 @@ static void compact_crash_at(const char *tag, int step, void (*fill)(fmem_heap *
         if (fmem_open(u, &cp) || fmem_heap_new_compactable(cp, NULL, &h))
             _exit(3);
         *child_uid = fmem_user_id(cp, 0);
-        fill(h);
+        populate(h);
         crash_step = step;
         heap_compact_hook = crash_hook;
         fmem_heap_compact(h, 0);
