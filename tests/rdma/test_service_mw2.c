@@ -19,30 +19,7 @@
 #include "verbs/transport_verbs.h"
 #include "wkeys.h"
 
-static const char *svc(void)
-{
-    const char *s = getenv("FMEM_TEST_SVC");
-    cr_assert(s && *s, "FMEM_TEST_SVC=unix:SOCKET is needed");
-    return s;
-}
-
-static fmem_pool *app(void)
-{
-    fmem_pool *p;
-    int rc = fmem_open(svc(), &p);
-    cr_assert_eq(rc, 0, "connect %s: %s", svc(), fmem_strerror(rc));
-    return p;
-}
-
-static char host[64], port[8], token[256], node[400];
-
-static void memory_node(void)
-{
-    const char *e = getenv("FMEM_TEST_RDMA");
-    cr_assert(e && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
-              "FMEM_TEST_RDMA=\"HOST PORT TOKEN_FILE\" is needed");
-    snprintf(node, sizeof node, "rdma://%s:%s?token=%s", host, port, token);
-}
+#include "service_env.h"
 
 /* Another application's queue pair (no key of its own). */
 static struct transport *other_qp(void)
@@ -354,8 +331,7 @@ Test(service_mw2, applications_killed_at_random, .timeout = 1800)
  * (FMEM_FMEMD_CRASH); its socket's URI goes to uri. */
 static pid_t crashing_fmemd(const char *cp, char *uri, size_t n)
 {
-    const char *bin = getenv("FMEM_TEST_FMEMD");
-    cr_assert(bin && *bin, "FMEM_TEST_FMEMD=PATH_OF_FMEMD is needed");
+    const char *bin = fmemd_path();
     char sock[128];
     snprintf(sock, sizeof sock, "/tmp/fmemd-rdmakill-crash-%s.sock", cp);
     unlink(sock);
