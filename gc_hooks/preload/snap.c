@@ -68,16 +68,30 @@ static int remap_private(struct fp_arena *a, struct fp_obj *o)
 {
     char *p = fp_obj_ptr(a, o);
     size_t off = 0;
-    for (unsigned i = 0; i < o->n; i++) {
+    for (unsigned i = 0; i < o->n;) {
         size_t len = (size_t)1 << (FP_CHUNK_SHIFT + o->b[i].log2);
-        if (len >= MOVE_MIN && a->grave_off &&
-            mremap(p + off, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
-                   p + off + a->grave_off) != MAP_FAILED)
-            o->grave = 1;
+        int64_t at = (int64_t)o->b[i].addr + a->file_delta;
+        unsigned next = i + 1;
+        if (len >= MOVE_MIN) {
+            if (a->grave_off &&
+                mremap(p + off, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                       p + off + a->grave_off) != MAP_FAILED)
+                o->grave = 1;
+        } else {
+            /* small pieces that follow each other in the file as they do
+             * in the object (the pool hands out neighbours) are one
+             * mapping: one call, one VMA */
+            while (next < o->n && ((size_t)1 << (FP_CHUNK_SHIFT + o->b[next].log2)) < MOVE_MIN &&
+                   (int64_t)o->b[next].addr + a->file_delta == at + (int64_t)len) {
+                len += (size_t)1 << (FP_CHUNK_SHIFT + o->b[next].log2);
+                next++;
+            }
+        }
         if (mmap(p + off, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, a->data_fd,
-                 (off_t)((int64_t)o->b[i].addr + a->file_delta)) == MAP_FAILED)
+                 (off_t)at) == MAP_FAILED)
             return -1;
         off += len;
+        i = next;
     }
     return 0;
 }
@@ -110,6 +124,69 @@ static int copy_private(struct fp_arena *a, struct fp_obj *o)
     o->since = FP_SINCE_ANON;
     atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
     return 0;
+}
+
+/* Before the remap: drop the page table entries of the small objects the
+ * remap replaces, many objects per call. mmap(MAP_FIXED) over a mapping
+ * with pages tears them down itself, but then each call also flushes the
+ * TLB of every CPU the process's threads ran on (an interrupt each in a
+ * VM), one per object; here one call flushes for a whole run. Dropping the
+ * entries of a shared mapping loses nothing (the bytes are the file's);
+ * a run therefore never spans an object mapped private (since a fork, or
+ * partly: its pages are its own), nor an object the remap moves aside
+ * (pieces of MOVE_MIN or more: moving their page tables is cheaper than
+ * dropping them), nor records no scan looks at (not marked fresh). What
+ * lies between the objects of a run is reserved address space, a kept
+ * (shared) object or an unmapped deferred one. Objects' ranges never
+ * overlap (an object's slot in the mirror is twice its first block, whose
+ * records no other object starts in). */
+struct zap_run {
+    char *start, *end;
+};
+
+static void zap_flush(struct zap_run *r)
+{
+    if (r->end > r->start)
+        madvise(r->start, (size_t)(r->end - r->start), MADV_DONTNEED);
+    r->start = r->end = NULL;
+}
+
+static void zap_record(struct fp_arena *a, size_t i, struct zap_run *r)
+{
+    uint64_t e = atomic_load_explicit(&a->table[i], memory_order_relaxed);
+    if (!(e & FP_E_LIVE) || (e & FP_E_CACHED))
+        return; /* nothing, a kept object or a deferred one: may be in a run */
+    struct fp_obj *o = &a->objs[i];
+    int small = 1;
+    for (unsigned k = 0; k < o->n; k++)
+        if (((size_t)1 << (FP_CHUNK_SHIFT + o->b[k].log2)) >= MOVE_MIN)
+            small = 0;
+    if ((e & (FP_E_PRIVATE | FP_E_COPY)) || o->since || !small) {
+        zap_flush(r);
+        return;
+    }
+    char *p = fp_obj_ptr(a, o);
+    if (!r->start)
+        r->start = p;
+    r->end = p + fp_obj_len(o);
+}
+
+static void zap_shared(struct fp_arena *a, size_t nchunks)
+{
+    struct zap_run r = {NULL, NULL};
+    size_t expect = 0; /* first record after the last group looked at */
+    for (size_t w = 0; w < a->fresh_words; w++) {
+        uint64_t bits = atomic_load_explicit(&a->fresh[w], memory_order_relaxed);
+        for (uint64_t left = bits; left; left &= left - 1) {
+            size_t first = (w * 64 + (size_t)__builtin_ctzll(left)) * 64;
+            if (first != expect)
+                zap_flush(&r); /* a group not looked at lies between */
+            for (size_t i = first; i < first + 64 && i < nchunks; i++)
+                zap_record(a, i, &r);
+            expect = first + 64;
+        }
+    }
+    zap_flush(&r);
 }
 
 /* Record i at a fork: remap its object (or, without a lock, copy it into
@@ -167,6 +244,8 @@ int fp_snap_prepare(void)
      * pages, a 1 GiB pool's 2 MiB, in every process's first fork) */
     int copy = 0;
     size_t nchunks = atomic_load(&a->cap) >> FP_CHUNK_SHIFT;
+    if (fd >= 0)
+        zap_shared(a, nchunks);
     for (size_t w = 0; w < a->fresh_words; w++) {
         uint64_t bits = atomic_load_explicit(&a->fresh[w], memory_order_relaxed), keep = 0;
         if (!bits)
