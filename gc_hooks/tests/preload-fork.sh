@@ -6,7 +6,8 @@
 # another process, a process opening the pool, `fmem recover` and `fmem
 # verify` - and is given back once the child is gone; fork+exec pins
 # nothing; more than 64 generations deep and 100 forks of one parent work;
-# forks while threads write into the block being remapped; the first fork
+# forks while threads write into the block being remapped; many small
+# blocks with gaps between them remapped one call each; the first fork
 # costs the parent less than half a plain fork's CPU. With PRELOAD_FORK_DIR
 # on a tmpfs mounted huge=within_size (or always) it all runs on 2 MiB
 # pages, and a block is checked to be on them; the last line says which.
@@ -182,6 +183,27 @@ if pre "$tests/preload_forkpool" writers 20 >"$tmp/out" 2>&1; then
 else
     bad "writers"; tail -n 5 "$tmp/out"
 fi
+
+# many small blocks with gaps between them, across two forks: snapshots
+# both ways, blocks allocated into the gaps, a thread allocating all along;
+# afterwards every block is the pool's again. 200 KB blocks (three pool
+# blocks side by side): one remapping call per block; 20 KB ones: several
+# blocks per group of records the fork looks at, some remapped at the first
+# fork and some new at the second (the first's private pages must stay)
+for g in "600 204800 count" "2000 20480"; do
+    uri="$pool?size=256M"
+    fresh
+    # shellcheck disable=SC2086
+    FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" gaps $g >"$tmp/out" 2>&1
+    rc=$?
+    left=$(allocated)
+    if [ $rc -eq 0 ] && [ "${left:-1}" -eq 0 ]; then
+        ok "$(tail -n 1 "$tmp/out"), nothing left allocated"
+    else
+        bad "gaps $g: rc=$rc allocated after exit=$left"; tail -n 5 "$tmp/out"
+    fi
+done
+unset FMEM_PRELOAD_THRESHOLD
 
 # the first fork after a 128 MiB block was allocated: the parent's CPU
 # time is under half a plain fork's (no page-by-page teardown)

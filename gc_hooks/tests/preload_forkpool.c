@@ -43,6 +43,20 @@
  *                    memory in 4 KiB pages (best of 3 each): the remap
  *                    does not tear the block's page table entries down
  *                    one page at a time
+ *   gaps N SIZE [count]  N blocks of SIZE bytes, every third freed before
+ *                    the first fork; with "count" (blocks of several pool
+ *                    blocks that lie side by side in the pool, as 200 KB
+ *                    ones from a fresh pool do) the first fork remaps each
+ *                    live block with one mmap (counted through this
+ *                    program's own mmap, which the interposer calls); then
+ *                    the parent allocates into the gaps and rewrites every
+ *                    block, the
+ *                    child sees the blocks as of the fork and its writes
+ *                    stay its own; a second fork with new blocks among the
+ *                    ones remapped at the first keeps the parent's writes
+ *                    to those (their private pages are not dropped); a
+ *                    thread allocates, writes and frees blocks of SIZE all
+ *                    along, and every one of them holds its bytes
  *   huge SIZE        a SIZE-byte block is mapped on 2 MiB pages (its pool
  *                    file's tmpfs is mounted huge=within_size); after a
  *                    fork both sides see their snapshots
@@ -61,6 +75,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static int failed;
@@ -91,6 +106,18 @@ static int in_pool(const void *p)
     if (f)
         fclose(f);
     return found;
+}
+
+/* The interposer's mmap calls come here (the program exports its symbols,
+ * -rdynamic): private mappings of a file at a fixed address - the remap
+ * at fork - are counted. */
+static _Atomic long private_maps;
+__attribute__((visibility("default"))) void *mmap(void *addr, size_t len, int prot, int flags,
+                                               int fd, off_t off)
+{
+    if (fd >= 0 && (flags & MAP_PRIVATE) && (flags & MAP_FIXED))
+        atomic_fetch_add(&private_maps, 1);
+    return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
 /* Private anonymous memory of this process, kB (RssAnon). */
@@ -614,6 +641,124 @@ static void huge(size_t size)
     printf("huge: a %zu MiB block on %ld kB of 2 MiB pages, snapshots held\n", size >> 20, kb);
 }
 
+/* gaps: see the top of the file */
+static size_t GAP_SIZE = 204800;
+static unsigned char gap_val(int i, int round) { return (unsigned char)(1 + (i * 7 + round * 31) % 250); }
+
+static void *gap_churn(void *arg)
+{
+    (void)arg;
+    unsigned long bad = 0;
+    for (unsigned r = 0; !stop_threads; r++) {
+        unsigned char *q[4];
+        for (int k = 0; k < 4; k++) {
+            q[k] = malloc(GAP_SIZE);
+            if (q[k])
+                memset(q[k], 0x80 + (int)((r + (unsigned)k) % 64), GAP_SIZE);
+        }
+        sched_yield(); /* a fork may remap them here */
+        for (int k = 0; k < 4; k++)
+            if (q[k]) {
+                bad += !all(q[k], GAP_SIZE, (unsigned char)(0x80 + (int)((r + (unsigned)k) % 64)));
+                free(q[k]);
+            }
+    }
+    return (void *)(uintptr_t)bad;
+}
+
+static int gap_fork(unsigned char **b, int n, int round, unsigned char **extra, int nextra)
+{
+    int p2c[2], c2p[2];
+    if (pipe(p2c) || pipe(c2p))
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        get(p2c[0]); /* the parent has rewritten everything */
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            if (b[i]) {
+                bad += !all(b[i], GAP_SIZE, gap_val(i, round));
+                memset(b[i], 0xC5, GAP_SIZE);
+            }
+        for (int k = 0; k < nextra; k++) {
+            bad += !all(extra[k], GAP_SIZE, 0xAA);
+            memset(extra[k], 0xC5, GAP_SIZE);
+        }
+        put(c2p[1]);
+        _exit(bad ? 1 : 0);
+    }
+    for (int i = 0; i < n; i++)
+        if (b[i])
+            memset(b[i], gap_val(i, round + 1), GAP_SIZE);
+    put(p2c[1]);
+    get(c2p[0]); /* the child has checked and written */
+    close(p2c[0]);
+    close(p2c[1]);
+    close(c2p[0]);
+    close(c2p[1]);
+    return wait_ok(pid);
+}
+
+static void gaps(int n, int count)
+{
+    unsigned char **b = calloc((size_t)n, sizeof *b), **c = calloc((size_t)n, sizeof *c);
+    int live = 0, nc = 0;
+    for (int i = 0; i < n; i++) {
+        b[i] = malloc(GAP_SIZE);
+        memset(b[i], gap_val(i, 0), GAP_SIZE);
+    }
+    CHECK(in_pool(b[0]) && in_pool(b[n - 1]));
+    for (int i = 0; i < n; i++)
+        if (i % 3 == 1) {
+            free(b[i]);
+            b[i] = NULL;
+        } else {
+            live++;
+        }
+    pthread_t t;
+    pthread_create(&t, NULL, gap_churn, NULL);
+    long before = atomic_load(&private_maps);
+    /* first fork: each live block remapped with one call (the churning
+     * thread's blocks add a few) */
+    int ok1 = gap_fork(b, n, 0, NULL, 0);
+    long maps = atomic_load(&private_maps) - before;
+    CHECK(ok1);
+    if (count)
+        CHECK(maps >= live && maps <= live + 8);
+    /* the parent's later blocks go into the gaps; its writes after the
+     * fork (round 1) are its own */
+    for (int i = 0; i < n; i++)
+        if (b[i])
+            CHECK(all(b[i], GAP_SIZE, gap_val(i, 1)));
+    for (int i = 0; i < n; i++)
+        if (!b[i] && (c[nc] = malloc(GAP_SIZE)) != NULL)
+            memset(c[nc++], 0xAA, GAP_SIZE);
+    /* second fork: the new blocks lie among blocks remapped at the first,
+     * whose private pages (round 1) must survive it */
+    int ok2 = gap_fork(b, n, 1, c, nc);
+    CHECK(ok2);
+    for (int i = 0; i < n; i++)
+        if (b[i])
+            CHECK(all(b[i], GAP_SIZE, gap_val(i, 2)));
+    int wrong_c = 0;
+    for (int k = 0; k < nc; k++)
+        wrong_c += !all(c[k], GAP_SIZE, 0xAA);
+    CHECK(wrong_c == 0);
+    stop_threads = 1;
+    void *r;
+    pthread_join(t, &r);
+    CHECK((uintptr_t)r == 0);
+    for (int i = 0; i < n; i++)
+        free(b[i]);
+    for (int k = 0; k < nc; k++)
+        free(c[k]);
+    printf("gaps: %d blocks of %zu KB, %d live at the first fork: %ld remapping calls; "
+           "%d blocks in the gaps, two snapshots held both ways, %lu bad churned blocks\n",
+           n, GAP_SIZE / 1000, live, maps, nc, (unsigned long)(uintptr_t)r);
+    free(b);
+    free(c);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -637,13 +782,17 @@ int main(int argc, char **argv)
         threads(atoi(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "writers") == 0)
         writers(atoi(argv[2]));
+    else if ((argc == 4 || argc == 5) && strcmp(argv[1], "gaps") == 0) {
+        GAP_SIZE = (size_t)atol(argv[3]);
+        gaps(atoi(argv[2]), argc == 5 && strcmp(argv[4], "count") == 0);
+    }
     else if (argc == 3 && strcmp(argv[1], "huge") == 0)
         huge((size_t)atol(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "firstfork") == 0)
         firstfork((size_t)atol(argv[2]));
     else {
         fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
-                        "exec SIZE|chain N|many N|nofd|threads N|writers N|firstfork SIZE|huge SIZE\n");
+                        "exec SIZE|chain N|many N|nofd|threads N|writers N|firstfork SIZE|gaps N SIZE [count]|huge SIZE\n");
         return 2;
     }
     return failed != 0;
