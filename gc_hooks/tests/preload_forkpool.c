@@ -30,7 +30,9 @@
  *                    and free blocks (some of them remapped at a fork and
  *                    so deferred): every snapshot holds, no thread sees
  *                    another's bytes
- *   writers N        N forks, each right after a fresh 32 MiB block was
+ *   writers N [SIZE] N forks, each right after a fresh block of SIZE bytes
+ *                    (32 MiB: pieces moved aside; 1536 KiB: smaller pieces,
+ *                    whose entries are dropped before the remap) was
  *                    allocated (so each fork remaps one) while three
  *                    threads rewrite their part of it round after round and
  *                    read every round back: no round loses a write, and
@@ -502,10 +504,10 @@ static int one_round(const _Atomic uint64_t *w, size_t n)
     return 1;
 }
 
-static void writers(int n)
+static void writers(int n, size_t size)
 {
     enum { NT = 3 };
-    const size_t size = (size_t)32 << 20, part = size / NT / 8;
+    const size_t part = size / NT / 8;
     int bad = 0;
     unsigned long rounds = 0, lost = 0;
     for (int f = 0; f < n; f++) {
@@ -542,8 +544,8 @@ static void writers(int n)
     }
     CHECK(bad == 0);
     CHECK(lost == 0);
-    printf("writers: %d forks while 3 threads rewrote the block remapped at each: %lu rounds, "
-           "%lu lost writes, %d wrong snapshots\n", n, rounds, lost, bad);
+    printf("writers: %d forks while 3 threads rewrote the %zu KiB block remapped at each: %lu "
+           "rounds, %lu lost writes, %d wrong snapshots\n", n, size >> 10, rounds, lost, bad);
 }
 
 static double thread_cpu_ms(void)
@@ -780,8 +782,8 @@ int main(int argc, char **argv)
         nofd();
     else if (argc == 3 && strcmp(argv[1], "threads") == 0)
         threads(atoi(argv[2]));
-    else if (argc == 3 && strcmp(argv[1], "writers") == 0)
-        writers(atoi(argv[2]));
+    else if ((argc == 3 || argc == 4) && strcmp(argv[1], "writers") == 0)
+        writers(atoi(argv[2]), argc == 4 ? (size_t)atol(argv[3]) : (size_t)32 << 20);
     else if ((argc == 4 || argc == 5) && strcmp(argv[1], "gaps") == 0) {
         GAP_SIZE = (size_t)atol(argv[3]);
         gaps(atoi(argv[2]), argc == 5 && strcmp(argv[4], "count") == 0);
@@ -792,7 +794,7 @@ int main(int argc, char **argv)
         firstfork((size_t)atol(argv[2]));
     else {
         fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
-                        "exec SIZE|chain N|many N|nofd|threads N|writers N|firstfork SIZE|gaps N SIZE [count]|huge SIZE\n");
+                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|huge SIZE\n");
         return 2;
     }
     return failed != 0;
