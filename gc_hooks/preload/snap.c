@@ -129,8 +129,8 @@ static int copy_private(struct fp_arena *a, struct fp_obj *o)
 /* Before the remap: drop the page table entries of the small objects the
  * remap replaces, many objects per call. mmap(MAP_FIXED) over a mapping
  * with pages tears them down itself, but then each call also flushes the
- * TLB of every CPU the process's threads ran on (an interrupt each in a
- * VM), one per object; here one call flushes for a whole run. Dropping the
+ * TLB (an interrupt to every other CPU the process's threads ran on), one
+ * flush per object; here one call flushes for a whole run. Dropping the
  * entries of a shared mapping loses nothing (the bytes are the file's);
  * a run therefore never spans an object mapped private (since a fork, or
  * partly: its pages are its own), nor an object the remap moves aside
