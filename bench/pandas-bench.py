@@ -291,7 +291,9 @@ def main():
             if "region" in r:
                 st = r["region"]
                 extra = (f"  faults {st['faults']} wp {st['wp_faults']} fetched {st['fetches']}"
-                         f" evicted {st['evictions']}")
+                         f" prefetched {st['prefetches']} zero {st['zero_fills']}"
+                         f" evicted {st['evictions']} written {st['writebacks']}"
+                         f" releases {st['releases']}")
             print(f"{name:9s} {r['seconds']:7.2f} s  {plain['seconds'] / r['seconds']:6.3f} x plain"
                   f"  cpu {r['cpu_seconds']:6.2f} s {plain['cpu_seconds'] / r['cpu_seconds']:6.3f} x"
                   f"  [{ph}]  result {'ok' if ok else 'DIFFERS'}{extra}")

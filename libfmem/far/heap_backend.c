@@ -12,7 +12,10 @@
  * without a fault, a zap and a release round trip each; the oldest go back
  * to the region beyond that budget, and all of them on fmem_heap_collect
  * and when the heap is destroyed. A held page is marked dirty (it may hold
- * old data), so an allocation over it is not taken as zeroed.
+ * old data), so an allocation over it is not taken as zeroed. The region
+ * is told (region_hint.h): its writer evicts held units first and drops
+ * them without writing them back, and a held page handed out again is
+ * marked in use before anyone writes it.
  * Called with no heap lock held; takes h->lock for the page map of the
  * region only. */
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 
 #include "heap_compact.h"
 #include "heap_internal.h"
+#include "region_hint.h"
 
 #define BLOCK HEAP_PAGE
 #define SLAB_PAGES (SLAB_SIZE / BLOCK)
@@ -185,6 +189,8 @@ static int region_take(struct fmem_heap *h, size_t n, size_t align, struct span 
     if (rc == 0) {
         blocks_mark(h, out->first, n, 1);
         dirty = dirty_clear(h, out->first, n);
+        if (dirty) /* held pages: in use again before anyone writes them */
+            region_undiscard(h->region, out->first * BLOCK, n * BLOCK);
     }
     pthread_mutex_unlock(&h->lock);
     if (rc)
@@ -271,6 +277,9 @@ static int held_add(struct fmem_heap *h, size_t first, size_t n)
     for (size_t b = first; b < first + n; b++)
         h->dirty[b / 64] |= (uint64_t)1 << (b % 64);
     h->held_pages += n; /* they were in use: none was dirty */
+    /* under h->lock, so that no region_take of these pages (which takes
+     * the mark off) comes before it */
+    region_discard(h->region, first * BLOCK, n * BLOCK);
     size_t going = 0;   /* held pages in the runs taken out */
     if (h->nheld == HELD_RUNS) {
         out[nout++] = h->held[0];
@@ -330,8 +339,10 @@ int backend_resize_pages(struct fmem_heap *h, struct span *sp, size_t size)
                 rc = FMEM_ENOMEM;
         if (rc == 0) {
             blocks_mark(h, sp->first + cur, n - cur, 1);
-            if (dirty_clear(h, sp->first + cur, n - cur))
+            if (dirty_clear(h, sp->first + cur, n - cur)) {
                 sp->zeroed = 0;
+                region_undiscard(h->region, (sp->first + cur) * BLOCK, (n - cur) * BLOCK);
+            }
         }
         pthread_mutex_unlock(&h->lock);
         if (rc)

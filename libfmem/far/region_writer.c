@@ -52,6 +52,7 @@ static int need_evict(const struct fmem_region *r)
 struct victim {
     uint32_t u;
     int dirty, ok, nochunk; /* nochunk: dirty, no pool space yet */
+    int drop; /* freed (discarded or released): no write-back, pool copy dropped */
     uint64_t present;
     fmem_handle h;
 };
@@ -167,6 +168,10 @@ static int finish_eviction(struct fmem_region *r, struct victim *v)
     }
     cache_free_slot(r, un->slot);
     un->state = UNIT_ABSENT;
+    if (v->drop) {
+        remote_drop(r, v->u); /* reads as zeros from now on */
+        un->heat = 0;
+    }
     if (v->dirty) {
         un->flags = (uint8_t)((un->flags | UF_REMOTE) & ~UF_DIRTY);
         stat_add(&r->st.writebacks, 1);
@@ -221,8 +226,8 @@ static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, u
             w1 = r->nunits;
         for (uint32_t u = w0; u < w1 && n < max; u++) {
             struct region_unit *un = &r->units[u];
-            if (un->state != UNIT_RESIDENT || (un->flags & UF_REF) || un->heat ||
-                !victim_space(r, u))
+            if (un->state != UNIT_RESIDENT ||
+                (!(un->flags & UF_DISCARD) && ((un->flags & UF_REF) || un->heat || !victim_space(r, u))))
                 continue;
             un->state = UNIT_EVICTING;
             us[n++] = u;
@@ -320,6 +325,19 @@ static void evict_batch(struct fmem_region *r)
 
     qsort(v, n, sizeof v[0], by_unit);
     protect_dirty(r, v, n);
+    /* Freed units are dropped, not written back. Checked only now that
+     * every victim is write-protected: a heap that takes a discarded unit
+     * back clears the mark before it writes, so either we see the mark
+     * cleared and write the unit back, or its writes fault and wait until
+     * the unit is gone (then it reads as zeros, which a heap expects of
+     * memory it reuses). */
+    pthread_mutex_lock(&r->lock);
+    for (unsigned i = 0; i < n; i++)
+        if (r->units[v[i].u].flags & (UF_DISCARD | UF_RELEASED)) {
+            v[i].drop = 1;
+            v[i].dirty = v[i].nochunk = 0;
+        }
+    pthread_mutex_unlock(&r->lock);
     for (unsigned i = 0; i < n; i++)
         if (v[i].nochunk)
             settle_nochunk(r, &v[i]);
@@ -400,7 +418,8 @@ static void do_flush(struct fmem_region *r)
         if (need_evict(r))
             evict_batch(r);
         uint32_t u = r->ring[slot];
-        if (u == NO_UNIT || r->units[u].state != UNIT_RESIDENT || !(r->units[u].flags & UF_DIRTY))
+        if (u == NO_UNIT || r->units[u].state != UNIT_RESIDENT || !(r->units[u].flags & UF_DIRTY) ||
+            (r->units[u].flags & UF_DISCARD)) /* freed: nothing to keep */
             continue;
         int e = flush_unit(r, u);
         if (e && !rc)
