@@ -157,7 +157,7 @@ def plot_pandas(data_dir, out, note):
     vs = sorted((r["cache_pct"], r["fmem_vs_swap"]) for r in lines
                 if r.get("workload") == "pandas-swap")
     if vs:  # the anchor: fmem against kernel swap with the same memory, wall time
-        ax.text(0.99, 0.97, "fmem / kernel swap (wall): " +
+        ax.text(0.99, 0.90, "fmem / kernel swap (wall): " +
                 ", ".join(f"{v:.2f}x at {pct} %" for pct, v in vs),
                 transform=ax.transAxes, ha="right", va="top", fontsize=7)
     ax.legend(fontsize=7, loc="upper left")
