@@ -6,7 +6,8 @@
  *  - two threads allocate, fill, resize and free objects of many sizes in
  *    a region whose cache is far smaller than their data, every object
  *    checked against a private shadow copy throughout: evictions, releases,
- *    discarded units dropped and their pages reused. */
+ *    discarded units dropped and their pages reused; with every object
+ *    freed and the heap gone, a flush leaves no pool space allocated. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -205,5 +206,11 @@ Test(region_discard, objects_match_shadow_copies_through_evictions_and_reuse)
     cr_assert_gt(st.writebacks, 0);
     cr_assert_gt(st.releases, 0, "objects beyond the held budget are released");
     fmem_heap_destroy(h);
+    /* nothing alive: no pool space left, also after a flush (which once
+     * took chunks for units mapped writable ahead that held only zeros) */
+    cr_assert_eq(fmem_region_flush(r), 0);
+    st = stats(r);
+    cr_assert_eq(st.remote_bytes, 0, "%llu pool bytes left with no object alive",
+                 (unsigned long long)st.remote_bytes);
     cr_assert_eq(fmem_region_destroy(r), 0);
 }

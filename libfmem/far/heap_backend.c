@@ -202,6 +202,25 @@ static int region_take(struct fmem_heap *h, size_t n, size_t align, struct span 
     return 0;
 }
 
+/* Release the fetch unit of pages [u0, u0 + unit) whole if all its pages
+ * are free now (no lock held). */
+static void unit_give_back_if_free(struct fmem_heap *h, size_t u0, size_t unit)
+{
+    size_t u1 = u0 + unit > h->nblocks ? h->nblocks : u0 + unit;
+    pthread_mutex_lock(&h->lock);
+    for (size_t b = u0; b < u1; b++)
+        if (block_used(h, b)) {
+            pthread_mutex_unlock(&h->lock);
+            return;
+        }
+    blocks_mark(h, u0, u1 - u0, 1); /* claimed while it is released */
+    pthread_mutex_unlock(&h->lock);
+    fmem_region_release(h->region, u0 * BLOCK, (u1 - u0) * BLOCK);
+    pthread_mutex_lock(&h->lock);
+    blocks_mark(h, u0, u1 - u0, 0);
+    pthread_mutex_unlock(&h->lock);
+}
+
 /* Give pages [first, first + n) back to the region. The release is
  * widened to whole fetch units where the rest of the unit is free too: a
  * unit released piece by piece would keep its pool chunk for good (the
@@ -231,6 +250,15 @@ static void region_give_back(struct fmem_heap *h, size_t first, size_t n)
     pthread_mutex_lock(&h->lock);
     blocks_mark(h, lo, hi - lo, 0);
     pthread_mutex_unlock(&h->lock);
+    /* An edge unit released only in part: if another thread was releasing
+     * the rest of it meanwhile (claimed, so neither widened), whoever
+     * finishes last finds it all free and releases it whole, or its pool
+     * chunk would stay allocated for good. */
+    int left = unit > 1 && lo % unit != 0;
+    if (left)
+        unit_give_back_if_free(h, lo / unit * unit, unit);
+    if (unit > 1 && hi % unit != 0 && !(left && (hi - 1) / unit == lo / unit))
+        unit_give_back_if_free(h, (hi - 1) / unit * unit, unit);
 }
 
 /* Release the held pages within [first, first + n) (no lock held). Pages
