@@ -256,9 +256,6 @@ static void protect_dirty(struct fmem_region *r, const struct victim *v, unsigne
     }
 }
 
-/* A dirty victim without pool space, now write-protected: one a writing
- * read-ahead mapped writable that holds only zeros is clean (it never
- * takes a chunk); else it gets its chunk now, or stays cached without. */
 /* Whether unit u holds only zeros (write-protected by the caller). */
 static int unit_is_zero(const struct fmem_region *r, uint32_t u)
 {
@@ -271,6 +268,9 @@ static int unit_is_zero(const struct fmem_region *r, uint32_t u)
     return i == words;
 }
 
+/* A dirty victim without pool space, now write-protected: one a writing
+ * read-ahead mapped writable that holds only zeros is clean (it never
+ * takes a chunk); else it gets its chunk now, or stays cached without. */
 static void settle_nochunk(struct fmem_region *r, struct victim *v)
 {
     if (unit_is_zero(r, v->u)) {
