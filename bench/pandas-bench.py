@@ -101,6 +101,12 @@ print(json.dumps(out))
 """
 
 
+# the region's counters kept in --json output: where a region run's time went
+REGION_STATS = ("faults", "missing_faults", "wp_faults", "fetches", "prefetches", "zero_fills",
+                "evictions", "writebacks", "releases", "bytes_fetched", "bytes_written",
+                "remote_peak")
+
+
 def write_csv(path, rows, seed=7):
     import numpy as np
     rng = np.random.default_rng(seed)
@@ -291,7 +297,9 @@ def main():
             if "region" in r:
                 st = r["region"]
                 extra = (f"  faults {st['faults']} wp {st['wp_faults']} fetched {st['fetches']}"
-                         f" evicted {st['evictions']}")
+                         f" prefetched {st['prefetches']} zero {st['zero_fills']}"
+                         f" evicted {st['evictions']} written {st['writebacks']}"
+                         f" releases {st['releases']}")
             print(f"{name:9s} {r['seconds']:7.2f} s  {plain['seconds'] / r['seconds']:6.3f} x plain"
                   f"  cpu {r['cpu_seconds']:6.2f} s {plain['cpu_seconds'] / r['cpu_seconds']:6.3f} x"
                   f"  [{ph}]  result {'ok' if ok else 'DIFFERS'}{extra}")
@@ -301,7 +309,9 @@ def main():
                             "cpu_seconds": r["cpu_seconds"],
                             "cpu_ratio_vs_plain": plain["cpu_seconds"] / r["cpu_seconds"],
                             "working_set": ws, "result_ok": ok,
-                            **{k: r[k] for k in ("cgroup_limit", "cgroup_peak") if k in r}})
+                            **{k: r[k] for k in ("cgroup_limit", "cgroup_peak") if k in r},
+                            **({"region": {k: r["region"][k] for k in REGION_STATS}}
+                               if "region" in r else {})})
             if not ok:
                 print(f"  {name}: {r['check']} against {base['check']}", file=sys.stderr)
         for pct in (50, 25):

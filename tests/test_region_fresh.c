@@ -175,3 +175,28 @@ Test(region_fresh, held_pages_stay_within_budget)
             cr_assert_eq(p[i][off], 0, "a destroyed heap holds nothing");
     cr_assert_eq(fmem_region_destroy(r), 0);
 }
+
+/* A write to fresh memory maps the units after it writable along with it
+ * (a 1 MiB run); a flush writes back the one that was written and takes
+ * no pool space for the others, which hold only zeros. */
+Test(region_fresh, flush_takes_no_pool_space_for_unwritten_fresh_units)
+{
+    size_t size = (size_t)8 << 20;
+    fmem_region *r = make(size, size, UNIT);
+    unsigned char *m = fmem_region_base(r);
+    m[100] = 7; /* maps a run of up to 64 units, writable */
+    cr_assert_eq(fmem_region_flush(r), 0);
+    fmem_region_stats_t st;
+    cr_assert_eq(fmem_region_stats(r, &st), 0);
+    cr_assert_eq(st.remote_bytes, 64 * 1024, "%llu pool bytes for one written unit",
+                 (unsigned long long)st.remote_bytes);
+    cr_assert_leq(st.writebacks, 1);
+    cr_assert_eq(m[100], 7);
+    m[UNIT * 20] = 9; /* a unit of the run written after the flush */
+    cr_assert_eq(fmem_region_flush(r), 0);
+    cr_assert_eq(fmem_region_stats(r, &st), 0);
+    cr_assert_eq(st.remote_bytes, 2 * 64 * 1024);
+    cr_assert_eq(m[UNIT * 20], 9);
+    cr_assert_eq(m[UNIT * 21], 0);
+    cr_assert_eq(fmem_region_destroy(r), 0);
+}

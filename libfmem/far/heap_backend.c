@@ -12,7 +12,10 @@
  * without a fault, a zap and a release round trip each; the oldest go back
  * to the region beyond that budget, and all of them on fmem_heap_collect
  * and when the heap is destroyed. A held page is marked dirty (it may hold
- * old data), so an allocation over it is not taken as zeroed.
+ * old data), so an allocation over it is not taken as zeroed. The region
+ * is told (region_hint.h): its writer evicts held units first and drops
+ * them without writing them back, and a held page handed out again is
+ * marked in use before anyone writes it.
  * Called with no heap lock held; takes h->lock for the page map of the
  * region only. */
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 
 #include "heap_compact.h"
 #include "heap_internal.h"
+#include "region_hint.h"
 
 #define BLOCK HEAP_PAGE
 #define SLAB_PAGES (SLAB_SIZE / BLOCK)
@@ -185,6 +189,8 @@ static int region_take(struct fmem_heap *h, size_t n, size_t align, struct span 
     if (rc == 0) {
         blocks_mark(h, out->first, n, 1);
         dirty = dirty_clear(h, out->first, n);
+        if (dirty) /* held pages: in use again before anyone writes them */
+            region_undiscard(h->region, out->first * BLOCK, n * BLOCK);
     }
     pthread_mutex_unlock(&h->lock);
     if (rc)
@@ -194,6 +200,25 @@ static int region_take(struct fmem_heap *h, size_t n, size_t align, struct span 
     out->zeroed = !dirty; /* fresh or released ranges read as zeros */
     heap_account(h, (int64_t)out->len);
     return 0;
+}
+
+/* Release the fetch unit of pages [u0, u0 + unit) whole if all its pages
+ * are free now (no lock held). */
+static void unit_give_back_if_free(struct fmem_heap *h, size_t u0, size_t unit)
+{
+    size_t u1 = u0 + unit > h->nblocks ? h->nblocks : u0 + unit;
+    pthread_mutex_lock(&h->lock);
+    for (size_t b = u0; b < u1; b++)
+        if (block_used(h, b)) {
+            pthread_mutex_unlock(&h->lock);
+            return;
+        }
+    blocks_mark(h, u0, u1 - u0, 1); /* claimed while it is released */
+    pthread_mutex_unlock(&h->lock);
+    fmem_region_release(h->region, u0 * BLOCK, (u1 - u0) * BLOCK);
+    pthread_mutex_lock(&h->lock);
+    blocks_mark(h, u0, u1 - u0, 0);
+    pthread_mutex_unlock(&h->lock);
 }
 
 /* Give pages [first, first + n) back to the region. The release is
@@ -225,6 +250,15 @@ static void region_give_back(struct fmem_heap *h, size_t first, size_t n)
     pthread_mutex_lock(&h->lock);
     blocks_mark(h, lo, hi - lo, 0);
     pthread_mutex_unlock(&h->lock);
+    /* An edge unit released only in part: if another thread was releasing
+     * the rest of it meanwhile (claimed, so neither widened), whoever
+     * finishes last finds it all free and releases it whole, or its pool
+     * chunk would stay allocated for good. */
+    int left = unit > 1 && lo % unit != 0;
+    if (left)
+        unit_give_back_if_free(h, lo / unit * unit, unit);
+    if (unit > 1 && hi % unit != 0 && !(left && (hi - 1) / unit == lo / unit))
+        unit_give_back_if_free(h, (hi - 1) / unit * unit, unit);
 }
 
 /* Release the held pages within [first, first + n) (no lock held). Pages
@@ -271,6 +305,9 @@ static int held_add(struct fmem_heap *h, size_t first, size_t n)
     for (size_t b = first; b < first + n; b++)
         h->dirty[b / 64] |= (uint64_t)1 << (b % 64);
     h->held_pages += n; /* they were in use: none was dirty */
+    /* under h->lock, so that no region_take of these pages (which takes
+     * the mark off) comes before it */
+    region_discard(h->region, first * BLOCK, n * BLOCK);
     size_t going = 0;   /* held pages in the runs taken out */
     if (h->nheld == HELD_RUNS) {
         out[nout++] = h->held[0];
@@ -330,8 +367,10 @@ int backend_resize_pages(struct fmem_heap *h, struct span *sp, size_t size)
                 rc = FMEM_ENOMEM;
         if (rc == 0) {
             blocks_mark(h, sp->first + cur, n - cur, 1);
-            if (dirty_clear(h, sp->first + cur, n - cur))
+            if (dirty_clear(h, sp->first + cur, n - cur)) {
                 sp->zeroed = 0;
+                region_undiscard(h->region, (sp->first + cur) * BLOCK, (n - cur) * BLOCK);
+            }
         }
         pthread_mutex_unlock(&h->lock);
         if (rc)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "stats_pub.h"
+#include "region_hint.h"
 #include "region_internal.h"
 
 #define MAX_REGION_BYTES ((size_t)1 << 46)
@@ -339,6 +340,38 @@ static int region_release(fmem_region *r, size_t offset, size_t len)
     handler_barrier(r);
     wait_writer_releases(r, offset, len);
     return 0;
+}
+
+void region_discard(fmem_region *r, size_t off, size_t len)
+{
+    if (off >= r->size || len > r->size - off)
+        return;
+    uint32_t u0 = (uint32_t)((off + r->unit - 1) >> r->unit_shift);
+    uint32_t u1 = (uint32_t)((off + len) >> r->unit_shift); /* whole units only */
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t u = u0; u < u1; u++) {
+        struct region_unit *un = &r->units[u];
+        if (un->state != UNIT_RESIDENT || (un->flags & UF_DISCARD))
+            continue;
+        un->flags = (uint8_t)((un->flags | UF_DISCARD) & ~UF_REF);
+        un->heat = 0;
+        if (r->ndiscard < REGION_DISCARD_LIST)
+            r->discard[(r->discard_head + r->ndiscard++) % REGION_DISCARD_LIST] = u;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+void region_undiscard(fmem_region *r, size_t off, size_t len)
+{
+    if (len == 0 || off >= r->size)
+        return;
+    if (len > r->size - off)
+        len = r->size - off;
+    uint32_t u0 = (uint32_t)(off >> r->unit_shift), u1 = (uint32_t)((off + len - 1) >> r->unit_shift);
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t u = u0; u <= u1; u++)
+        r->units[u].flags &= (uint8_t)~UF_DISCARD;
+    pthread_mutex_unlock(&r->lock);
 }
 
 static int region_stats(fmem_region *r, fmem_region_stats_t *out)

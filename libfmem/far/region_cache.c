@@ -10,7 +10,9 @@
  * so it would go every second turn of the hand and come straight back: a
  * unit that was faulted back in after an eviction gains heat, and the hand
  * passes a unit with heat by (cooling it) during its first turn of a
- * search. A scan's units never come back soon and stay at no heat. All
+ * search. A scan's units never come back soon and stay at no heat.
+ * Units their heap freed (UF_DISCARD, region_hint.h) go before all others:
+ * dropping one costs no write-back, and it holds nothing anyone reads. All
  * functions run with the region lock held. */
 #include "region_internal.h"
 
@@ -38,9 +40,26 @@ int victim_space(struct fmem_region *r, uint32_t u)
     return !(un->flags & UF_DIRTY) || un->present == full_mask(r) || remote_ref(r, u) == 0;
 }
 
-unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
+/* The discarded units first, oldest first. */
+static unsigned pick_discarded(struct fmem_region *r, uint32_t *out, unsigned max)
 {
     unsigned n = 0;
+    while (n < max && r->ndiscard) {
+        uint32_t u = r->discard[r->discard_head];
+        r->discard_head = (r->discard_head + 1) % REGION_DISCARD_LIST;
+        r->ndiscard--;
+        struct region_unit *un = &r->units[u];
+        if (un->state != UNIT_RESIDENT || !(un->flags & UF_DISCARD))
+            continue; /* reused or gone since */
+        un->state = UNIT_EVICTING;
+        out[n++] = u;
+    }
+    return n;
+}
+
+unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
+{
+    unsigned n = pick_discarded(r, out, max);
     for (uint64_t steps = 0; steps < 2 * (uint64_t)r->cap && n < max; steps++) {
         uint32_t slot = r->hand;
         r->hand = r->hand + 1 == r->cap ? 0 : r->hand + 1;
@@ -50,6 +69,11 @@ unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
         struct region_unit *un = &r->units[u];
         if (un->state != UNIT_RESIDENT)
             continue;
+        if (un->flags & UF_DISCARD) {
+            un->state = UNIT_EVICTING;
+            out[n++] = u;
+            continue;
+        }
         if (un->flags & UF_REF) {
             un->flags &= (uint8_t)~UF_REF;
             continue;

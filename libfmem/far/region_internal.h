@@ -51,6 +51,9 @@ enum unit_flag {
     UF_WRITTEN = 1u << 3,  /* counts as a user of its chunk */
     UF_WAITERS = 1u << 4,  /* faults parked until the writer is done */
     UF_RELEASED = 1u << 5, /* released while the writer held it */
+    UF_DISCARD = 1u << 6,  /* freed by its heap but kept mapped for reuse
+                            * (region_hint.h): evicted first, never written
+                            * back, its pool copy dropped */
 };
 
 struct region_unit {
@@ -171,6 +174,12 @@ struct fmem_region {
     uint32_t evict_clock; /* units evicted so far (wraps) */
     struct zap zaps[REGION_MAX_ZAPS];
     unsigned nzaps;
+    /* units marked UF_DISCARD, oldest first, for the writer to take before
+     * any CLOCK victim (entries are checked when taken: stale ones are
+     * skipped; a full list leaves the rest to the CLOCK hand) */
+#define REGION_DISCARD_LIST 4096
+    uint32_t discard[REGION_DISCARD_LIST];
+    uint32_t discard_head, ndiscard;
     uint64_t barrier_req, barrier_done, flush_req, flush_done;
     int flush_rc;
     int stop_writer, stop_handler;

@@ -52,6 +52,7 @@ static int need_evict(const struct fmem_region *r)
 struct victim {
     uint32_t u;
     int dirty, ok, nochunk; /* nochunk: dirty, no pool space yet */
+    int drop; /* freed (discarded or released): no write-back, pool copy dropped */
     uint64_t present;
     fmem_handle h;
 };
@@ -167,6 +168,10 @@ static int finish_eviction(struct fmem_region *r, struct victim *v)
     }
     cache_free_slot(r, un->slot);
     un->state = UNIT_ABSENT;
+    if (v->drop) {
+        remote_drop(r, v->u); /* reads as zeros from now on */
+        un->heat = 0;
+    }
     if (v->dirty) {
         un->flags = (uint8_t)((un->flags | UF_REMOTE) & ~UF_DIRTY);
         stat_add(&r->st.writebacks, 1);
@@ -221,8 +226,8 @@ static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, u
             w1 = r->nunits;
         for (uint32_t u = w0; u < w1 && n < max; u++) {
             struct region_unit *un = &r->units[u];
-            if (un->state != UNIT_RESIDENT || (un->flags & UF_REF) || un->heat ||
-                !victim_space(r, u))
+            if (un->state != UNIT_RESIDENT ||
+                (!(un->flags & UF_DISCARD) && ((un->flags & UF_REF) || un->heat || !victim_space(r, u))))
                 continue;
             un->state = UNIT_EVICTING;
             us[n++] = u;
@@ -251,18 +256,24 @@ static void protect_dirty(struct fmem_region *r, const struct victim *v, unsigne
     }
 }
 
-/* A dirty victim without pool space, now write-protected: one a writing
- * read-ahead mapped writable that holds only zeros is clean (it never
- * takes a chunk); else it gets its chunk now, or stays cached without. */
-static void settle_nochunk(struct fmem_region *r, struct victim *v)
+/* Whether unit u holds only zeros (write-protected by the caller). */
+static int unit_is_zero(const struct fmem_region *r, uint32_t u)
 {
-    const uint64_t *p = (const uint64_t *)unit_addr(r, v->u);
+    const uint64_t *p = (const uint64_t *)unit_addr(r, u);
     size_t words = r->unit / 8, i = 0;
     UNCHECKED_BEGIN();
     while (i < words && p[i] == 0)
         i++;
     UNCHECKED_END();
-    if (i == words) {
+    return i == words;
+}
+
+/* A dirty victim without pool space, now write-protected: one a writing
+ * read-ahead mapped writable that holds only zeros is clean (it never
+ * takes a chunk); else it gets its chunk now, or stays cached without. */
+static void settle_nochunk(struct fmem_region *r, struct victim *v)
+{
+    if (unit_is_zero(r, v->u)) {
         v->dirty = 0;
         return;
     }
@@ -320,6 +331,19 @@ static void evict_batch(struct fmem_region *r)
 
     qsort(v, n, sizeof v[0], by_unit);
     protect_dirty(r, v, n);
+    /* Freed units are dropped, not written back. Checked only now that
+     * every victim is write-protected: a heap that takes a discarded unit
+     * back clears the mark before it writes, so either we see the mark
+     * cleared and write the unit back, or its writes fault and wait until
+     * the unit is gone (then it reads as zeros, which a heap expects of
+     * memory it reuses). */
+    pthread_mutex_lock(&r->lock);
+    for (unsigned i = 0; i < n; i++)
+        if (r->units[v[i].u].flags & (UF_DISCARD | UF_RELEASED)) {
+            v[i].drop = 1;
+            v[i].dirty = v[i].nochunk = 0;
+        }
+    pthread_mutex_unlock(&r->lock);
     for (unsigned i = 0; i < n; i++)
         if (v[i].nochunk)
             settle_nochunk(r, &v[i]);
@@ -351,10 +375,54 @@ static void evict_batch(struct fmem_region *r)
     pthread_mutex_lock(&r->lock);
 }
 
+/* What a flush leaves to do once it is done with unit u (lock held):
+ * a release that came meanwhile. Returns 1 if the unit is gone. */
+static int flush_finish(struct fmem_region *r, uint32_t u)
+{
+    struct region_unit *un = &r->units[u];
+    if (un->flags & UF_RELEASED) {
+        cache_free_slot(r, un->slot);
+        remote_drop(r, u);
+        un->state = UNIT_ABSENT;
+        un->flags = 0;
+        un->present = un->zeroed = 0;
+        slots_freed(r);
+        return 1;
+    }
+    un->state = UNIT_RESIDENT;
+    if (un->zeroed) {
+        un->present &= ~un->zeroed;
+        un->zeroed = 0;
+        if (un->flags & UF_REMOTE)
+            un->flags |= UF_DIRTY;
+    }
+    return 0;
+}
+
+/* A dirty unit without pool space was mapped writable ahead of a writer
+ * (a fresh run, a writing read-ahead) and may hold only zeros: then it is
+ * clean, as eviction takes it (settle_nochunk), and takes no chunk (lock
+ * held, dropped inside). Returns 1 if it was settled so. */
+static int flush_if_zero(struct fmem_region *r, uint32_t u)
+{
+    struct region_unit *un = &r->units[u];
+    un->state = UNIT_FLUSHING;
+    un->flags &= (uint8_t)~UF_DIRTY; /* a write from now on faults and sets it */
+    pthread_mutex_unlock(&r->lock);
+    protect(r, u);
+    int zero = unit_is_zero(r, u);
+    pthread_mutex_lock(&r->lock);
+    if (!zero)
+        un->flags |= UF_DIRTY;
+    return flush_finish(r, u) || zero;
+}
+
 /* Write one dirty cached unit back (lock held, dropped inside). */
 static int flush_unit(struct fmem_region *r, uint32_t u)
 {
     struct region_unit *un = &r->units[u];
+    if (!(un->flags & UF_WRITTEN) && flush_if_zero(r, u))
+        return 0;
     if (remote_ref(r, u))
         return FMEM_ENOMEM;
     un->state = UNIT_FLUSHING;
@@ -371,22 +439,7 @@ static int flush_unit(struct fmem_region *r, uint32_t u)
         un->flags |= UF_REMOTE;
         stat_add(&r->st.writebacks, 1);
     }
-    if (un->flags & UF_RELEASED) {
-        cache_free_slot(r, un->slot);
-        remote_drop(r, u);
-        un->state = UNIT_ABSENT;
-        un->flags = 0;
-        un->present = un->zeroed = 0;
-        slots_freed(r);
-        return rc;
-    }
-    un->state = UNIT_RESIDENT;
-    if (un->zeroed) {
-        un->present &= ~un->zeroed;
-        un->zeroed = 0;
-        if (un->flags & UF_REMOTE)
-            un->flags |= UF_DIRTY;
-    }
+    flush_finish(r, u);
     return rc;
 }
 
@@ -400,7 +453,8 @@ static void do_flush(struct fmem_region *r)
         if (need_evict(r))
             evict_batch(r);
         uint32_t u = r->ring[slot];
-        if (u == NO_UNIT || r->units[u].state != UNIT_RESIDENT || !(r->units[u].flags & UF_DIRTY))
+        if (u == NO_UNIT || r->units[u].state != UNIT_RESIDENT || !(r->units[u].flags & UF_DIRTY) ||
+            (r->units[u].flags & UF_DISCARD)) /* freed: nothing to keep */
             continue;
         int e = flush_unit(r, u);
         if (e && !rc)
