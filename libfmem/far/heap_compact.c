@@ -697,6 +697,14 @@ static int range_overlap(const uint64_t *a, const uint64_t *b, uint32_t lo, uint
     return 0;
 }
 
+static unsigned range_count(const uint64_t *a, uint32_t lo, uint32_t hi)
+{
+    unsigned n = 0;
+    for (uint32_t w = lo / 64; hi > lo && w <= (hi - 1) / 64; w++)
+        n += (unsigned)__builtin_popcountll(a[w] & range_mask(w, lo, hi));
+    return n;
+}
+
 static int range_any(const uint64_t *a, uint32_t lo, uint32_t hi)
 {
     return range_overlap(a, a, lo, hi);
@@ -769,29 +777,42 @@ static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct ca
         struct cand *to = NULL;
         unsigned t = 0, nb = 0;
         if (hi > lo && range_any(v->live, lo, hi)) {
+            /* pages with memory: best fit, the survivor page with the most
+             * live objects there (packs pages tighter than first fit);
+             * then pages without memory, first fit */
+            unsigned best = 0, bt = 0;
             for (int pass = 0; pass < 2 && !to; pass++)
-                for (size_t j = k; j-- > from && !to;) {
+                for (size_t j = k; j-- > from && !(pass && to);) {
                     if (j == i || c[j].dead || (pass && !c[j].s->span.pb))
                         continue;
-                    for (t = 0; t + (q - p) < NPAGES; t++) {
-                        int64_t shift = ((int64_t)t - (int64_t)p) * (int64_t)HEAP_PAGE;
+                    for (unsigned u = 0; u + (q - p) < NPAGES; u++) {
+                        int64_t shift = ((int64_t)u - (int64_t)p) * (int64_t)HEAP_PAGE;
                         if (shift % (int64_t)s->obj_size)
                             continue; /* objects at other offsets there */
                         int32_t d = (int32_t)(shift / (int64_t)s->obj_size);
                         if ((int64_t)hi + d > s->capacity || (int64_t)lo + d < 0)
                             continue;
-                        nb = unbacked(c[j].s, t, q - p + 1);
-                        if (pass ? nb == 0 : nb != 0)
+                        unsigned ub = unbacked(c[j].s, u, q - p + 1);
+                        if (pass ? ub == 0 : ub != 0)
                             continue;
                         int taken = 0; /* by an earlier group of v */
                         for (unsigned x = 0; x < p && !taken; x++)
-                            taken = host[x] == &c[j] && at[x] >= t && at[x] <= t + (q - p);
-                        if (!taken && !shifted_overlap(v->live, c[j].live, lo, hi, d)) {
+                            taken = host[x] == &c[j] && at[x] >= u && at[x] <= u + (q - p);
+                        if (taken || shifted_overlap(v->live, c[j].live, lo, hi, d))
+                            continue;
+                        unsigned score = pass ? 1 : 1 + range_count(c[j].live, (uint32_t)((int32_t)lo + d),
+                                                                (uint32_t)((int32_t)hi + d));
+                        if (score > best) {
+                            best = score;
                             to = &c[j];
-                            break;
+                            bt = u;
+                            nb = ub;
                         }
+                        if (pass)
+                            break;
                     }
                 }
+            t = bt;
             if (!to)
                 return 0;
             *fresh += nb;
