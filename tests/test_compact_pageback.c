@@ -5,7 +5,8 @@
  * objects keep their content (shadow copies), frees/usable_size/double
  * frees through the slab and its empty pages, fewer pool bytes than
  * without give-back on a fragmented heap, frees racing it, whole merges
- * of page-backed slabs refused, and a crash at each step loses no chunk. */
+ * of page-backed slabs refused, a crash at each step loses no chunk, and
+ * a fork child's writes stay its own. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -335,4 +336,45 @@ Test(pageback, crash_late_in_a_fragmented_heap_loses_no_chunk)
     for (int step = 1; step <= 3; step++)
         for (int skip = 5; skip <= 85; skip += 40)
             crash_at(step, skip, fill_fragmented);
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+Test(pageback, fork_child_writes_do_not_reach_the_parent)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static struct two t;
+    make_two(h, &t);
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    cr_assert_not_null(((struct slab *)pagemap_get(&h->map, t.base[0]))->span.pb);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int bad = 0;
+        for (int r = 0; r < 2; r++)
+            for (size_t i = 0; i < 32; i++) {
+                bad |= !same(t.o[r][i], OBJ, (uint64_t)r * 1000 + i);
+                memset(t.o[r][i], 0xEE, OBJ);
+                if (i % 3 == 0)
+                    bad |= fmem_heap_free(h, t.o[r][i]) != 0;
+            }
+        for (int i = 0; i < 40; i++) { /* into the freed slots and new slabs */
+            void *p = fmem_heap_malloc(h, OBJ);
+            bad |= p == NULL;
+            if (p)
+                memset(p, 0xDD, OBJ);
+        }
+        _exit(bad ? 1 : 0);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < 32; i++) {
+            cr_assert(same(t.o[r][i], OBJ, (uint64_t)r * 1000 + i),
+                      "the child's write reached the parent (%d/%zu)", r, i);
+            cr_assert_eq(fmem_heap_free(h, t.o[r][i]), 0);
+        }
+    fmem_heap_destroy(h);
 }
