@@ -179,7 +179,7 @@ Test(pageback, page_backed_slabs_are_never_merged_whole)
 /* ---- a fragmented heap: shadow copies, footprint against no give-back --- */
 
 enum { FN = 40000 };
-static const size_t sizes[] = {16, 32, 48, 64, 96, 128, 192, 256, 384, 512};
+static const size_t sizes[] = {16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048};
 
 /* Allocates FN objects of mixed sizes, frees about 85 % at random. */
 static void fragment(fmem_heap *h, void **obj, size_t *len)

@@ -756,8 +756,8 @@ static unsigned unbacked(const struct slab *s, unsigned t, unsigned n)
  * Pages of survivors backed page by page that have no memory yet are
  * taken only where no page with memory fits; *fresh counts them (each
  * needs a 4 KiB block). */
-static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct cand **host,
-                      uint8_t *at, unsigned *fresh)
+static int page_place(struct cand *c, size_t k, size_t i, size_t from, int best_fit,
+                      struct cand **host, uint8_t *at, unsigned *fresh)
 {
     struct cand *v = &c[i];
     const struct slab *s = v->s;
@@ -782,7 +782,7 @@ static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct ca
              * then pages without memory, first fit */
             unsigned best = 0, bt = 0;
             for (int pass = 0; pass < 2 && !to; pass++)
-                for (size_t j = k; j-- > from && !(pass && to);) {
+                for (size_t j = k; j-- > from && !((pass || !best_fit) && to);) {
                     if (j == i || c[j].dead || (pass && !c[j].s->span.pb))
                         continue;
                     for (unsigned u = 0; u + (q - p) < NPAGES; u++) {
@@ -808,7 +808,7 @@ static int page_place(struct cand *c, size_t k, size_t i, size_t from, struct ca
                             bt = u;
                             nb = ub;
                         }
-                        if (pass)
+                        if (pass || !best_fit)
                             break;
                     }
                 }
@@ -1169,7 +1169,7 @@ static int try_pages(struct theap *th, struct overflow *ov, size_t i, size_t fro
     struct cand *host[NPAGES];
     uint8_t at[NPAGES];
     unsigned fresh, need = live_pages(v);
-    int ok = page_place(c, ov->k, i, from, host, at, &fresh) && fresh < need;
+    int ok = page_place(c, ov->k, i, from, from > i, host, at, &fresh) && fresh < need;
     if (!ok && ov->k < ov->max && th->heap->compact->pageback) {
         if (ov->open == 0 || c[ov->open].s->span.pb->backed == (uint16_t)((1u << NPAGES) - 1)) {
             struct slab *o = overflow_new(th, ov->cls);
@@ -1179,7 +1179,7 @@ static int try_pages(struct theap *th, struct overflow *ov, size_t i, size_t fro
             }
         }
         if (ov->open)
-            ok = page_place(c, ov->k, i, from, host, at, &fresh) && fresh < need;
+            ok = page_place(c, ov->k, i, from, from > i, host, at, &fresh) && fresh < need;
     }
     if (!ok)
         return 1;
@@ -1230,6 +1230,14 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
      * survivor left about 5-15 % more slabs: fmem-fragbench --analyze.)
      * A slab no kept slab takes whole is tried page by page. */
     struct overflow ov = {c, k, 0, 2 * n, bits, words, cls};
+    /* When a kept slab gives back its empty pages: as soon as it is kept
+     * (victims can then take its pages without memory, but it takes no
+     * whole victim, so more slabs go page by page), or after both passes.
+     * Early packs small objects tighter (fmem-fragbench defaults: 1.51x
+     * against 1.53x); late is 2-3x faster for objects of 1 KiB and more,
+     * a few to a page, where it leaves as few bytes (within 1 %). */
+    int early = h->compact->pageback && heap_class_size[cls] <= 512;
+    int late = h->compact->pageback && !early;
     for (size_t i = k; i-- > 0;) {
         struct cand *v = &c[i];
         uint64_t cost = (uint64_t)v->s->used * v->s->obj_size;
@@ -1252,7 +1260,7 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
         if (rc == 0) {
             *left -= cost;
             got += freed;
-        } else if (h->compact->pageback && !v->s->merged && !v->s->hosting) {
+        } else if (early && !v->s->merged && !v->s->hosting) {
             got += page_back(th, v); /* kept: its empty pages' memory goes back */
         }
     }
@@ -1269,6 +1277,9 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
             got += freed;
         }
     }
+    for (size_t i = 0; late && i < k; i++) /* the kept slabs give back empty pages */
+        if (!c[i].dead && !c[i].s->merged && !c[i].s->hosting)
+            got += page_back(th, &c[i]);
     unlock_all(h, c, ov.k);
     for (size_t x = k; x < ov.k; x++) /* slabs of blocks no page went to */
         if (c[x].s->span.pb->backed == 0)
