@@ -1261,7 +1261,10 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
             *left -= cost;
             got += freed;
         } else if (early && !v->s->merged && !v->s->hosting) {
-            got += page_back(th, v); /* kept: its empty pages' memory goes back */
+            int64_t g = page_back(th, v); /* kept: its empty pages' memory goes back */
+            if (g > 0)
+                *left -= cost; /* within the budget: checked above */
+            got += g;
         }
     }
     /* The slabs kept, least used first, page by page onto all the others
@@ -1277,9 +1280,15 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
             got += freed;
         }
     }
-    for (size_t i = 0; late && i < k; i++) /* the kept slabs give back empty pages */
-        if (!c[i].dead && !c[i].s->merged && !c[i].s->hosting)
-            got += page_back(th, &c[i]);
+    for (size_t i = 0; late && i < k; i++) { /* the kept slabs give back empty pages */
+        uint64_t cost = (uint64_t)c[i].s->used * c[i].s->obj_size; /* copied, about */
+        if (!c[i].dead && !c[i].s->merged && !c[i].s->hosting && cost <= *left) {
+            int64_t g = page_back(th, &c[i]);
+            if (g > 0)
+                *left -= cost;
+            got += g;
+        }
+    }
     unlock_all(h, c, ov.k);
     for (size_t x = k; x < ov.k; x++) /* slabs of blocks no page went to */
         if (c[x].s->span.pb->backed == 0)
