@@ -12,6 +12,8 @@
  *               (FMEM_COMPACT_FENCE=0): what the fence costs
  *   fmem-slabs  as fmem, whole slabs merged only, not page by page
  *               (FMEM_COMPACT_PAGES=0): what page merging gains
+ *   fmem-chunks as fmem, every slab stays one 64 KiB chunk: no pages
+ *               given back (FMEM_COMPACT_PAGEBACK=0): what that gains
  *   glibc       malloc/free in local memory: resident bytes after the
  *               allocations, after the frees, after malloc_trim(0)
  *   mimalloc    mi_malloc/mi_free (dlopen'ed), after mi_collect(true);
@@ -278,6 +280,9 @@ static void run_one(const struct opts *o, const char *name, struct result *r)
     } else if (strcmp(name, "fmem-slabs") == 0) {
         setenv("FMEM_COMPACT_PAGES", "0", 1);
         run_fmem(o, 0, r);
+    } else if (strcmp(name, "fmem-chunks") == 0) {
+        setenv("FMEM_COMPACT_PAGEBACK", "0", 1);
+        run_fmem(o, 0, r);
     } else if (strcmp(name, "fmem") == 0 || strcmp(name, "fmem-random") == 0) {
         run_fmem(o, strcmp(name, "fmem") ? FMEM_COMPACT_RANDOM : 0, r);
     } else if (strcmp(name, "glibc") == 0) {
@@ -378,9 +383,9 @@ int main(int argc, char **argv)
                "merges", "malloc ns");
     }
     const char *names[] = {"fmem", "fmem-random", "glibc", "mimalloc", "fmem-nofence",
-                           "fmem-slabs"};
+                           "fmem-slabs", "fmem-chunks"};
     int fail = 0;
-    for (unsigned i = 0; i < 6; i++) {
+    for (unsigned i = 0; i < sizeof names / sizeof *names; i++) {
         struct result r;
         o.analyzing = names[i];
         run_child(&o, names[i], &r);

@@ -32,10 +32,10 @@ static int same(const void *p, size_t n, uint64_t seed)
     return 1;
 }
 
-static int crash_step;
+static int crash_step, crash_skip; /* killed at the (crash_skip+1)-th hook of that step */
 static void crash_hook(int step)
 {
-    if (step == crash_step)
+    if (step == crash_step && crash_skip-- <= 0)
         kill(getpid(), SIGKILL);
 }
 

@@ -407,7 +407,7 @@ int backend_get(struct fmem_heap *h, size_t len, struct span *out)
 
 void backend_put(struct fmem_heap *h, struct span *sp)
 {
-    if (sp->src) {
+    if (sp->src || sp->pb) { /* a compactable heap's slab (one chunk, or pages) */
         compact_slot_put(h, sp);
         return;
     }

@@ -17,6 +17,18 @@
 
 struct heap_compact;
 
+/* A slab backed page by page (span.pb): compaction gave back the chunk of
+ * a slab with empty pages, and each page that holds live objects maps a
+ * 4 KiB pool block of its own; a page without a block shows a read-only
+ * zero page and is out of the page map, and an object is handed out only
+ * if all its pages have a block. Such a slab can take a page of another
+ * slab onto a page that has no block yet (a block is then taken for it). */
+struct slab_pages {
+    uint16_t backed; /* bit per page with a block */
+    fmem_handle h[SLAB_SIZE / HEAP_PAGE];
+    char *src[SLAB_SIZE / HEAP_PAGE]; /* the block in the pool's mapping */
+};
+
 /* fmem_heap_new_compactable: set up (and check that the pool's chunks can
  * be mapped twice: FMEM_ENOTSUP if not). */
 int compact_init(struct fmem_heap *h, const fmem_compact_policy *policy);

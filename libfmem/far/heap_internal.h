@@ -54,6 +54,7 @@ static inline unsigned size_class(size_t size)
 
 /* ---- backend spans ------------------------------------------------------ */
 struct lobj;
+struct slab_pages;
 struct span {
     char *ptr;
     size_t len;
@@ -63,6 +64,8 @@ struct span {
     char *src;      /* compactable heaps: the chunk in the pool's mapping
                      * (ptr is the slab's own address, mapped onto it) */
     int zeroed;     /* known to read as zeros */
+    struct slab_pages *pb; /* compactable heaps: the slab is backed page by
+                            * page (heap_compact.h), not by one chunk */
 };
 
 enum heap_kind { HEAP_POOL, HEAP_REGION };
@@ -201,7 +204,7 @@ struct fmem_heap {
     struct heap_counters {
         _Atomic uint64_t remote_bytes, remote_peak, slabs, large, slab_allocs, slab_frees,
             double_frees, bad_frees, stray_frees, large_mallocs, large_frees, merges,
-            compact_bytes, page_merges;
+            compact_bytes, page_merges, page_backs;
     } st;
     struct heap_compact *compact; /* compactable heaps only (heap_compact.h) */
     struct fmem_heap *next_live;
@@ -249,6 +252,11 @@ void *small_malloc_slow(struct theap *th, unsigned cls);
 void slab_emptied(struct theap *th, struct slab *s);
 void slab_unfull(struct theap *th, struct slab *s);
 void slab_unlink(struct theap *th, struct slab *s); /* off its list */
+/* Compaction: a slab of th over a span made by the caller (no chunk: a
+ * slab backed page by page), second on th's available list, not in the
+ * page map; and a slab of th back to the pool at once. */
+struct slab *slab_new_over(struct theap *th, unsigned cls, const struct span *sp);
+void slab_drop(struct theap *th, struct slab *s);
 /* 1: the slab was merged meanwhile, free the pointer again from the top */
 int slab_remote_free(struct slab *s, void **o);
 /* Collect every slab of th and give empty ones back (exclusive access). */

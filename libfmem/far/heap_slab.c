@@ -156,6 +156,30 @@ static struct slab *slab_new(struct theap *th, unsigned cls)
     return s;
 }
 
+static void slab_to_pool(struct fmem_heap *h, struct slab *s);
+
+struct slab *slab_new_over(struct theap *th, unsigned cls, const struct span *sp)
+{
+    struct fmem_heap *h = th->heap;
+    struct slab *s = desc_alloc(h);
+    if (!s)
+        return NULL;
+    s->span = *sp;
+    slab_init(s, th, cls);
+    s->bump = s->capacity; /* its free list is made by the caller */
+    atomic_fetch_add(&h->st.slabs, 1);
+    atomic_fetch_add(&h->st.slab_allocs, 1);
+    s->list = LIST_AVAIL;
+    list_insert_second(&th->avail[cls], s);
+    return s;
+}
+
+void slab_drop(struct theap *th, struct slab *s)
+{
+    slab_unlink(th, s);
+    slab_to_pool(th->heap, s);
+}
+
 static void slab_to_pool(struct fmem_heap *h, struct slab *s)
 {
     if (s->merged || s->hosting)
@@ -174,7 +198,8 @@ static void slab_release(struct theap *th, struct slab *s, int to_pool)
 {
     list_remove(list_of(th, s), s);
     s->list = LIST_NONE;
-    if (!to_pool && th->nspare < SPARE_MAX && !s->merged && !s->hosting) {
+    if (!to_pool && th->nspare < SPARE_MAX && !s->merged && !s->hosting &&
+        !s->span.pb) { /* a slab backed page by page has pages without memory */
         s->capacity = 0; /* frees into a spare are refused */
         s->next = th->spare;
         th->spare = s;

@@ -1,0 +1,380 @@
+/* test_compact_pageback.c - compactable heaps' slabs giving back pages:
+ * a kept slab whose pages hold no live object is rebuilt on 4 KiB pool
+ * blocks (one per page that holds objects) and its chunk goes back; pages
+ * of victims that fit no kept slab go onto slabs of blocks. Checked:
+ * objects keep their content (shadow copies), frees/usable_size/double
+ * frees through the slab and its empty pages, fewer pool bytes than
+ * without give-back on a fragmented heap, frees racing it, whole merges
+ * of page-backed slabs refused, a crash at each step loses no chunk, and
+ * a fork child's writes stay its own. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmem.h>
+#include <fmem_admin.h>
+#include <fmem_far.h>
+
+#include "heap_compact.h"
+#include "heap_internal.h"
+#include "compact_fixture.h"
+
+static char uri[128];
+static fmem_pool *pool;
+
+static void pool_up(void)
+{
+    snprintf(uri, sizeof uri, "shm:/fmem-slabpages-pageback-%d?size=256M", getpid());
+    cr_assert_eq(fmem_open(uri, &pool), 0);
+    unsetenv("FMEM_COMPACT_PAGEBACK");
+}
+
+static void pool_down(void)
+{
+    fmem_close(pool);
+    fmem_unlink(uri);
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t xs(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+#define OBJ 512
+#define CAP (FMEM_HEAP_SLAB_SIZE / OBJ) /* 8 a page */
+#define SLAB_OF(p) ((char *)((uintptr_t)(p) & ~(uintptr_t)(FMEM_HEAP_SLAB_SIZE - 1)))
+
+/* Two slabs of 512 B objects that keep every object of pages 0-3 and
+ * none of pages 4-15: no merge fits (same offsets), each can give back
+ * 12 pages. */
+struct two {
+    void *o[2][CAP];
+    char *base[2];
+};
+
+static void make_two(fmem_heap *h, struct two *t)
+{
+    memset(t, 0, sizeof *t);
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < CAP; i++) {
+            void *p = fmem_heap_malloc(h, OBJ);
+            cr_assert_not_null(p);
+            if (i == 0)
+                t->base[r] = SLAB_OF(p);
+            cr_assert_eq(SLAB_OF(p), t->base[r], "a fresh slab per 128 objects");
+            size_t idx = (size_t)((char *)p - t->base[r]) / OBJ;
+            t->o[r][idx] = p;
+            fill(p, OBJ, (uint64_t)r * 1000 + idx);
+        }
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 32; i < CAP; i++) {
+            cr_assert_eq(fmem_heap_free(h, t->o[r][i]), 0);
+            t->o[r][i] = NULL;
+        }
+}
+
+TestSuite(pageback, .init = pool_up, .fini = pool_down, .timeout = 120);
+
+Test(pageback, a_kept_slab_gives_back_its_empty_pages)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static struct two t;
+    make_two(h, &t);
+    fmem_heap_stats_t st0, st1;
+    fmem_heap_stats(h, &st0);
+    int64_t got = fmem_heap_compact(h, 0);
+    fmem_heap_stats(h, &st1);
+    cr_assert_eq(got, 2 * 12 * 4096, "each slab gives back 12 pages (got %lld)", (long long)got);
+    cr_assert_eq(st0.remote_bytes - st1.remote_bytes, (uint64_t)got);
+    cr_assert_eq(st1.compact_bytes, (uint64_t)got);
+    for (int r = 0; r < 2; r++) {
+        struct slab *s = pagemap_get(&h->map, t.base[r]);
+        cr_assert_not_null(s);
+        cr_assert_eq(s->kind, SLAB_SMALL);
+        cr_assert_not_null(s->span.pb, "slab %d backed page by page", r);
+        cr_assert_eq(s->span.pb->backed, 0x000f);
+        for (size_t i = 0; i < 32; i++) { /* content, size, writes */
+            cr_assert(same(t.o[r][i], OBJ, (uint64_t)r * 1000 + i), "object %d/%zu", r, i);
+            cr_assert_eq(fmem_heap_usable_size(h, t.o[r][i]), OBJ);
+        }
+        char *empty = t.base[r] + 8 * 4096; /* a page given back */
+        cr_assert_eq(fmem_heap_usable_size(h, empty), 0);
+        cr_assert_eq(fmem_heap_free(h, empty), FMEM_EINVAL);
+        cr_assert_eq(empty[100], 0, "a page given back reads as zeros");
+    }
+    /* a double free through the rebuilt slab is still caught */
+    cr_assert_eq(fmem_heap_free(h, t.o[0][5]), 0);
+    cr_assert_eq(fmem_heap_free(h, t.o[0][5]), FMEM_EDOUBLEFREE);
+    t.o[0][5] = NULL;
+    /* new objects come only from pages with memory, and are writable */
+    void *fresh[64];
+    for (int i = 0; i < 64; i++) {
+        fresh[i] = fmem_heap_malloc(h, OBJ);
+        cr_assert_not_null(fresh[i]);
+        fill(fresh[i], OBJ, 777 + (uint64_t)i);
+        struct slab *s = pagemap_get(&h->map, fresh[i]);
+        cr_assert_not_null(s);
+    }
+    for (int i = 0; i < 64; i++) {
+        cr_assert(same(fresh[i], OBJ, 777 + (uint64_t)i));
+        cr_assert_eq(fmem_heap_free(h, fresh[i]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < 32; i++)
+            if (t.o[r][i]) {
+                cr_assert(same(t.o[r][i], OBJ, (uint64_t)r * 1000 + i));
+                cr_assert_eq(fmem_heap_free(h, t.o[r][i]), 0);
+            }
+    fmem_heap_collect(h);
+    fmem_heap_stats_t st;
+    fmem_heap_stats(h, &st);
+    cr_assert_eq(st.remote_bytes, 0, "%llu bytes left", (unsigned long long)st.remote_bytes);
+    cr_assert_eq(st.bad_frees, 2); /* the two frees into given-back pages */
+    fmem_heap_destroy(h);
+    fmem_stats_t ps;
+    fmem_stats(pool, &ps);
+    cr_assert_eq(ps.allocated_bytes, 0, "every block went back");
+}
+
+Test(pageback, page_backed_slabs_are_never_merged_whole)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static struct two t;
+    make_two(h, &t);
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    /* a third slab whose objects are disjoint from both: a whole merge of
+     * it into a page-backed slab, or of one into it, is refused */
+    void *o[2 * CAP];
+    size_t n = 0, first = 0;
+    do { /* until one lands in a new slab */
+        o[n] = fmem_heap_malloc(h, OBJ);
+        cr_assert_not_null(o[n]);
+        first = n;
+    } while ((SLAB_OF(o[n]) == t.base[0] || SLAB_OF(o[n]) == t.base[1]) && ++n < 2 * CAP);
+    cr_assert_lt(n, 2 * CAP);
+    n++;
+    struct slab *a = pagemap_get(&h->map, t.base[0]), *c = pagemap_get(&h->map, o[first]);
+    cr_assert_not_null(a->span.pb);
+    cr_assert_null(c->span.pb);
+    struct theap *th = theap_peek(h);
+    cr_assert_eq(compact_merge_pair(th, a, c), FMEM_EBUSY);
+    cr_assert_eq(compact_merge_pair(th, c, a), FMEM_EBUSY);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(fmem_heap_free(h, o[i]), 0);
+    fmem_heap_destroy(h);
+}
+
+/* ---- a fragmented heap: shadow copies, footprint against no give-back --- */
+
+enum { FN = 40000 };
+static const size_t sizes[] = {16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048};
+
+/* Allocates FN objects of mixed sizes, frees about 85 % at random. */
+static void fragment(fmem_heap *h, void **obj, size_t *len)
+{
+    for (size_t i = 0; i < FN; i++) {
+        len[i] = sizes[xs() % (sizeof sizes / sizeof *sizes)];
+        obj[i] = fmem_heap_malloc(h, len[i]);
+        cr_assert_not_null(obj[i]);
+        fill(obj[i], len[i], i);
+    }
+    for (size_t i = 0; i < FN; i++)
+        if (xs() % 100 < 85) {
+            cr_assert_eq(fmem_heap_free(h, obj[i]), 0);
+            obj[i] = NULL;
+        }
+}
+
+/* Pool bytes the heap holds after compacting the fragmented heap; every
+ * object checked, rewritten, freed. */
+static uint64_t footprint(int pageback, uint64_t seed)
+{
+    if (!pageback)
+        setenv("FMEM_COMPACT_PAGEBACK", "0", 1);
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    unsetenv("FMEM_COMPACT_PAGEBACK");
+    static void *obj[FN];
+    static size_t len[FN];
+    rng = seed;
+    fragment(h, obj, len);
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    fmem_heap_stats_t st;
+    fmem_heap_stats(h, &st);
+    uint64_t held = st.remote_bytes;
+    for (size_t i = 0; i < FN; i++)
+        if (obj[i]) {
+            cr_assert(same(obj[i], len[i], i), "object %zu (%zu B) damaged", i, len[i]);
+            cr_assert_geq(fmem_heap_usable_size(h, obj[i]), len[i]);
+            fill(obj[i], len[i], i + 5);
+        }
+    cr_assert_gt(fmem_heap_compact(h, 0) + 1, 0); /* a second round changes nothing seen */
+    for (size_t i = 0; i < FN; i++)
+        if (obj[i]) {
+            cr_assert(same(obj[i], len[i], i + 5), "object %zu damaged by round 2", i);
+            cr_assert_eq(fmem_heap_free(h, obj[i]), 0);
+        }
+    fmem_heap_collect(h);
+    fmem_heap_stats(h, &st);
+    cr_assert_eq(st.remote_bytes, 0);
+    fmem_heap_destroy(h);
+    fmem_stats_t ps;
+    fmem_stats(pool, &ps);
+    cr_assert_eq(ps.allocated_bytes, 0, "every chunk and block went back");
+    return held;
+}
+
+Test(pageback, shadow_copies_survive_and_fewer_bytes_are_held)
+{
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        uint64_t with = footprint(1, seed * 0x9E3779B97F4A7C15ull);
+        uint64_t without = footprint(0, seed * 0x9E3779B97F4A7C15ull);
+        cr_assert_lt(with, without, "seed %llu: %llu bytes with give-back, %llu without",
+                     (unsigned long long)seed, (unsigned long long)with,
+                     (unsigned long long)without);
+    }
+}
+
+/* ---- frees racing the give-back ----------------------------------------- */
+
+static fmem_heap *race_heap;
+static void *race_obj[FN];
+static size_t race_len[FN];
+static _Atomic int race_go;
+
+static void *race_freer(void *arg)
+{
+    size_t part = (size_t)(uintptr_t)arg;
+    while (!atomic_load(&race_go))
+        ;
+    for (size_t i = part; i < FN; i += 4) /* half of its share */
+        if (race_obj[i] && (i / 4) % 2 == 0) {
+            if (!same(race_obj[i], race_len[i], i))
+                return (void *)2;
+            if (fmem_heap_free(race_heap, race_obj[i]) != 0)
+                return (void *)1;
+        }
+    return NULL;
+}
+
+Test(pageback, frees_race_the_give_back, .timeout = 180)
+{
+    uint64_t backs = 0;
+    for (int round = 0; round < 6; round++) {
+        cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &race_heap), 0);
+        rng = 0x1234567ull + (uint64_t)round;
+        fragment(race_heap, race_obj, race_len);
+        atomic_store(&race_go, 0);
+        pthread_t t[3];
+        for (int r = 0; r < 3; r++)
+            pthread_create(&t[r], NULL, race_freer, (void *)(uintptr_t)r);
+        atomic_store(&race_go, 1);
+        cr_assert_geq(fmem_heap_compact(race_heap, 0), 0);
+        for (int r = 0; r < 3; r++) {
+            void *rv;
+            pthread_join(t[r], &rv);
+            cr_assert_null(rv, "a free was refused or an object damaged");
+        }
+        backs += atomic_load(&race_heap->st.page_backs);
+        for (size_t i = 0; i < FN; i++)
+            if (race_obj[i] && !(i % 4 < 3 && (i / 4) % 2 == 0)) {
+                cr_assert(same(race_obj[i], race_len[i], i), "object %zu damaged", i);
+                cr_assert_eq(fmem_heap_free(race_heap, race_obj[i]), 0);
+            }
+        fmem_heap_collect(race_heap);
+        fmem_heap_stats_t st;
+        fmem_heap_stats(race_heap, &st);
+        cr_assert_eq(st.remote_bytes, 0, "round %d: %llu bytes left: a free got lost", round,
+                     (unsigned long long)st.remote_bytes);
+        cr_assert_eq(st.bad_frees + st.double_frees, 0);
+        fmem_heap_destroy(race_heap);
+    }
+    cr_assert_gt(backs, 0, "no slab gave back pages");
+}
+
+/* ---- a crash during the give-back --------------------------------------- */
+
+static void fill_two(fmem_heap *h)
+{
+    static struct two t; /* the first hooks reached are a give-back's */
+    make_two(h, &t);
+}
+
+static void fill_fragmented(fmem_heap *h)
+{
+    static void *obj[FN];
+    static size_t len[FN];
+    rng = 42;
+    fragment(h, obj, len);
+}
+
+static void crash_at(int step, int skip, void (*populate)(fmem_heap *))
+{
+    crash_skip = skip;
+    compact_crash_at("slabpages", step, populate);
+}
+
+Test(pageback, crash_after_page_copy_loses_no_chunk) { crash_at(1, 0, fill_two); }
+Test(pageback, crash_after_page_remap_loses_no_chunk) { crash_at(2, 0, fill_two); }
+Test(pageback, crash_before_chunk_free_loses_no_chunk) { crash_at(3, 0, fill_two); }
+/* later hooks of a fragmented heap: merges that take blocks for pages and
+ * give-backs of slabs of blocks among them */
+Test(pageback, crash_late_in_a_fragmented_heap_loses_no_chunk)
+{
+    for (int step = 1; step <= 3; step++)
+        for (int skip = 5; skip <= 85; skip += 40)
+            crash_at(step, skip, fill_fragmented);
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+Test(pageback, fork_child_writes_do_not_reach_the_parent)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static struct two t;
+    make_two(h, &t);
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    cr_assert_not_null(((struct slab *)pagemap_get(&h->map, t.base[0]))->span.pb);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int bad = 0;
+        for (int r = 0; r < 2; r++)
+            for (size_t i = 0; i < 32; i++) {
+                bad |= !same(t.o[r][i], OBJ, (uint64_t)r * 1000 + i);
+                memset(t.o[r][i], 0xEE, OBJ);
+                if (i % 3 == 0)
+                    bad |= fmem_heap_free(h, t.o[r][i]) != 0;
+            }
+        for (int i = 0; i < 40; i++) { /* into the freed slots and new slabs */
+            void *p = fmem_heap_malloc(h, OBJ);
+            bad |= p == NULL;
+            if (p)
+                memset(p, 0xDD, OBJ);
+        }
+        _exit(bad ? 1 : 0);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < 32; i++) {
+            cr_assert(same(t.o[r][i], OBJ, (uint64_t)r * 1000 + i),
+                      "the child's write reached the parent (%d/%zu)", r, i);
+            cr_assert_eq(fmem_heap_free(h, t.o[r][i]), 0);
+        }
+    fmem_heap_destroy(h);
+}
