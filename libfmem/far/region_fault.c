@@ -37,6 +37,7 @@
 enum { FAULT_DONE, FAULT_RETRY, FAULT_NOSPACE };
 
 #define FRESH_RUN_BYTES ((size_t)1 << 20) /* see fresh_run_max */
+#define READ_BATCH 32 /* messages read at once */
 
 static void report(const char *what, int err)
 {
@@ -161,7 +162,7 @@ static void on_remove(struct fmem_region *r, uintptr_t start, uintptr_t end)
 /* Read what the userfaultfd has: removals are handled now, faults queued. */
 static int read_msgs(struct fmem_region *r)
 {
-    struct uffd_msg msgs[32];
+    struct uffd_msg msgs[READ_BATCH];
     /* a removal read lets its madvise go on: no copy of the prefetcher's
      * may be in flight until the removal is handled here */
     if (r->pf_on)
@@ -606,6 +607,7 @@ void *region_handler_main(void *arg)
         /* faults waiting for a slot are woken by whoever frees one while
          * space_wanted is set: the writer (slots_freed) or a release here */
         int timeout = retry || (nospace && space) || ahead || fresh ? 0 : -1;
+        int got = 0, n;
         struct pollfd p[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->evfd, .events = POLLIN}};
         int ready = poll(p, 2, timeout);
         if (ready < 0 && errno != EINTR) {
@@ -616,9 +618,12 @@ void *region_handler_main(void *arg)
             uint64_t v;
             (void)!read(r->evfd, &v, sizeof v);
         }
-        int got = 0, n;
-        while ((n = read_msgs(r)) > 0)
+        /* a short read has drained the queue: what comes later polls in */
+        while ((n = read_msgs(r)) > 0) {
             got += n;
+            if (n < READ_BATCH)
+                break;
+        }
         serve_deferred(r, &retry, &nospace);
         /* read-ahead only while no fault waits for a slot; faults it read
          * while mapping (see let_events_through) are served next round */
