@@ -4,8 +4,9 @@
  *  - the fault handler (region_fault.c) is the only reader of the
  *    userfaultfd: it serves faults, installs units (UFFDIO_COPY) and
  *    processes removal events. It never touches region memory and never
- *    waits for another region thread, because a madvise(MADV_DONTNEED) on
- *    the region blocks until the handler has read its removal event.
+ *    waits for another region thread (but for install_mu, see below),
+ *    because a madvise(MADV_DONTNEED) on the region blocks until the
+ *    handler has read its removal event.
  *  - the writer (region_writer.c) picks CLOCK victims, writes dirty units
  *    back and drops them with madvise; it also runs flushes.
  *  - the prefetcher (region_prefetch.c, where enabled) maps the read-ahead
