@@ -405,7 +405,7 @@ static int readahead_step(struct fmem_region *r)
 {
     if (r->ra_next == NO_UNIT)
         return 0;
-    if (r->pf_on) { /* the prefetcher maps it */
+    if (r->pf_on && !r->ra_write) { /* the prefetcher maps it */
         pthread_mutex_lock(&r->lock);
         region_prefetch_sync(r);
         pthread_mutex_unlock(&r->lock);
@@ -414,7 +414,10 @@ static int readahead_step(struct fmem_region *r)
     uint8_t remote[r->buf_units];
     uint32_t first = r->ra_next, n = 0;
     pthread_mutex_lock(&r->lock);
-    while (first < r->ra_end && r->units[first].state != UNIT_ABSENT)
+    /* skipping units mapped, or claimed by the prefetcher (an earlier
+     * window of its own) */
+    while (first < r->ra_end && (r->units[first].state != UNIT_ABSENT ||
+                                 r->ring[r->units[first].slot] == first))
         first++;
     /* a writing stream maps its units writable and dirty, without a
      * write-protect fault each; read-ahead allocates no pool space for
@@ -423,7 +426,7 @@ static int readahead_step(struct fmem_region *r)
     int dirty = r->ra_write;
     for (; n < r->buf_units && first + n < r->ra_end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (vn->state != UNIT_ABSENT)
+        if (vn->state != UNIT_ABSENT || r->ring[vn->slot] == first + n)
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);

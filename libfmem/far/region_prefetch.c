@@ -26,17 +26,20 @@
 
 void region_prefetch_sync(struct fmem_region *r)
 {
+    /* a writing stream stays on the handler: mostly fresh memory, which
+     * its fault path maps a long run at a time, and a unit written ahead
+     * of the prefetcher would take a write fault (and pool space) */
+    if (r->ra_next == NO_UNIT || r->ra_write)
+        return;
     if (r->ra_gen != r->pf_gen) { /* a new window */
         r->pf_gen = r->ra_gen;
         r->pf_next = r->ra_next;
         r->pf_end = r->ra_end;
         r->pf_write = r->ra_write;
         pthread_cond_signal(&r->pf_cv);
-    } else if (r->ra_next != NO_UNIT && r->ra_next > r->pf_next && r->ra_next < r->pf_end) {
+    } else if (r->ra_next > r->pf_next && r->ra_next < r->pf_end) {
         r->pf_next = r->ra_next; /* the program is ahead of the prefetcher */
     }
-    if (r->ra_next == NO_UNIT)
-        return;
     if (r->pf_next > r->ra_next)
         r->ra_next = r->pf_next;
     if (r->ra_next >= r->ra_end)
