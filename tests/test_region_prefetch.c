@@ -2,8 +2,8 @@
  * whose read-ahead windows run into memory other threads write, release
  * and scan at the same time, under eviction (every byte checked against a
  * shadow copy); writing scans; regions destroyed while the prefetcher maps
- * a window; the prefetcher turned off (FMEM_REGION_PREFETCH_THREAD=0)
- * giving the same bytes. */
+ * a window (FMEM_REGION_PREFETCH_THREAD=1: the thread is off by default);
+ * the same with it off. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -95,6 +95,8 @@ static void *worker(void *p)
 
 static void race(size_t size, size_t cache, size_t unit, unsigned nthreads, int rounds)
 {
+    if (!getenv("FMEM_REGION_PREFETCH_THREAD"))
+        setenv("FMEM_REGION_PREFETCH_THREAD", "1", 1); /* off by default */
     fmem_region *r = make(size, cache, unit);
     unsigned char *m = fmem_region_base(r);
     unsigned char *shadow = malloc(size);
@@ -156,6 +158,7 @@ Test(region_prefetch, thread_off_same_bytes)
  * region goes away right after its first faults. */
 Test(region_prefetch, destroy_while_it_maps)
 {
+    setenv("FMEM_REGION_PREFETCH_THREAD", "1", 1);
     for (int k = 0; k < 30; k++) {
         fmem_region *r = make((size_t)16 << 20, (size_t)2 << 20, 16 << 10);
         unsigned char *m = fmem_region_base(r);

@@ -224,9 +224,10 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
         r->prefetch = r->cap / 4;
     r->seq_next = r->ra_next = r->ra_end = NO_UNIT;
     r->pf_next = r->pf_end = NO_UNIT;
-    /* read-ahead on its own thread unless FMEM_REGION_PREFETCH_THREAD=0 */
+    /* read-ahead on its own thread with FMEM_REGION_PREFETCH_THREAD=1 (off
+     * by default: see docs/far-memory.md, "Prefetch thread") */
     const char *pt = getenv("FMEM_REGION_PREFETCH_THREAD");
-    r->pf_on = r->prefetch > 0 && !(pt && pt[0] == '0');
+    r->pf_on = r->prefetch > 0 && pt && pt[0] == '1';
     r->direct = 1; /* until fmem_map says otherwise */
     if ((rc = region_init_sync(r)) != 0) {
         free(r);
