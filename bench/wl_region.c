@@ -170,11 +170,17 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
         fmem_region_stats(r, &a);
         /* CPU time of the whole process (scan, fault handler, writer): what
          * the paging costs regardless of how busy the machine is */
-        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
         double g = rb_scan(mem, o->size / BLOCK, ord, o->seconds);
         double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        /* the scanning thread's own share (its faults included) and the
+         * region threads' (handler, prefetcher, writer, I/O workers) */
+        double app = clock_s(CLOCK_THREAD_CPUTIME_ID) - t0, other = cpu - app;
         fmem_region_stats(r, &b);
         uint64_t faults = b.faults - a.faults;
+        uint64_t moved = b.fetches - a.fetches + b.prefetches - a.prefetches;
+        double us_unit_app = moved ? app * 1e6 / (double)moved : 0;
+        double us_unit_other = moved ? other * 1e6 / (double)moved : 0;
         /* beyond the scan itself: the local scan's CPU time per byte */
         double cpu_us_fault = faults ? (cpu - lc * g / local[p]) * 1e6 / (double)faults : 0;
         const char *name = p ? "rand" : "seq";
@@ -185,20 +191,24 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
                    "\"gbytes_per_s\":%.4g,\"ratio_vs_local\":%.4g,\"local_gbytes_per_s\":%.4g,"
                    "\"size\":%zu,\"fetch_unit\":%zu,\"faults\":%llu,\"fetches\":%llu,"
                    "\"prefetches\":%llu,\"evictions\":%llu,\"writebacks\":%llu,"
-                   "\"cpu_s\":%.4g,\"cpu_us_per_fault\":%.4g}\n",
+                   "\"cpu_s\":%.4g,\"cpu_us_per_fault\":%.4g,\"app_cpu_us_per_unit\":%.4g,"
+                   "\"region_cpu_us_per_unit\":%.4g}\n",
                    name, pct, g, ratio, local[p], o->size, o->unit,
                    (unsigned long long)(b.faults - a.faults),
                    (unsigned long long)(b.fetches - a.fetches),
                    (unsigned long long)(b.prefetches - a.prefetches),
                    (unsigned long long)(b.evictions - a.evictions),
-                   (unsigned long long)(b.writebacks - a.writebacks), cpu, cpu_us_fault);
+                   (unsigned long long)(b.writebacks - a.writebacks), cpu, cpu_us_fault, us_unit_app,
+                   us_unit_other);
         fprintf(o->json ? stderr : stdout,
                 "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local (%.3f GB/s)  (faults %llu, "
-                "fetched %llu, read ahead %llu, evicted %llu, %.1f us CPU/fault)\n",
+                "fetched %llu, read ahead %llu, evicted %llu, %.1f us CPU/fault; per unit in: "
+                "%.2f us scan thread, %.2f us region threads)\n",
                 name, pct, g, ratio, local[p], (unsigned long long)(b.faults - a.faults),
                 (unsigned long long)(b.fetches - a.fetches),
                 (unsigned long long)(b.prefetches - a.prefetches),
-                (unsigned long long)(b.evictions - a.evictions), cpu_us_fault);
+                (unsigned long long)(b.evictions - a.evictions), cpu_us_fault, us_unit_app,
+                us_unit_other);
     }
     return fmem_region_destroy(r);
 }

@@ -59,7 +59,10 @@ static void region_free(struct fmem_region *r)
     free(r->ring);
     free(r->free_slots);
     free(r->buf);
+    free(r->pf_buf);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->install_mu);
+    pthread_cond_destroy(&r->pf_cv);
     pthread_cond_destroy(&r->writer_cv);
     pthread_cond_destroy(&r->done_cv);
     pthread_cond_destroy(&r->park_cv);
@@ -72,7 +75,8 @@ int region_init_sync(struct fmem_region *r)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* writer's timed waits */
     int rc = pthread_mutex_init(&r->lock, NULL) || pthread_cond_init(&r->writer_cv, &ca) ||
-             pthread_cond_init(&r->done_cv, NULL) || pthread_cond_init(&r->park_cv, NULL);
+             pthread_cond_init(&r->done_cv, NULL) || pthread_cond_init(&r->park_cv, NULL) ||
+             pthread_mutex_init(&r->install_mu, NULL) || pthread_cond_init(&r->pf_cv, NULL);
     pthread_condattr_destroy(&ca);
     return rc ? FMEM_ENOMEM : 0;
 }
@@ -90,7 +94,10 @@ static int init_tables(struct fmem_region *r)
     if (r->buf_units > 64)
         r->buf_units = 64;
     r->buf = aligned_alloc(UFFD_PAGE, (size_t)r->buf_units * r->unit);
-    if (!r->units || !r->chunks || !r->ring || !r->free_slots || !r->buf)
+    if (r->pf_on)
+        r->pf_buf = aligned_alloc(UFFD_PAGE, (size_t)r->buf_units * r->unit);
+    if (!r->units || !r->chunks || !r->ring || !r->free_slots || !r->buf ||
+        (r->pf_on && !r->pf_buf))
         return FMEM_ENOMEM;
     for (uint32_t i = 0; i < r->cap; i++) {
         r->ring[i] = NO_UNIT;
@@ -123,7 +130,7 @@ static int init_mapping(struct fmem_region *r)
 }
 
 /* Called by each region thread first: exempt from the fork gate, then
- * counted, so that region_start_threads can wait for both. */
+ * counted, so that region_start_threads can wait for all of them. */
 void region_thread_exempt(struct fmem_region *r)
 {
     fork_gate_exempt();
@@ -145,6 +152,9 @@ int region_start_threads(struct fmem_region *r)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* the prefetcher first: without it the handler reads ahead itself */
+    if (r->pf_on && pthread_create(&r->prefetcher, NULL, region_prefetch_main, r) != 0)
+        r->pf_on = 0;
     int rc = pthread_create(&r->handler, NULL, region_handler_main, r);
     if (rc == 0) {
         rc = pthread_create(&r->writer, NULL, region_writer_main, r);
@@ -156,10 +166,12 @@ int region_start_threads(struct fmem_region *r)
             pthread_join(r->handler, NULL);
         }
     }
+    if (rc)
+        region_prefetch_stop(r);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0) {
         pthread_mutex_lock(&r->lock);
-        while (r->threads_exempt < 2)
+        while (r->threads_exempt < 2 + (r->pf_on ? 1 : 0))
             pthread_cond_wait(&r->done_cv, &r->lock);
         pthread_mutex_unlock(&r->lock);
     }
@@ -212,6 +224,11 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
     if (r->prefetch > r->cap / 4)
         r->prefetch = r->cap / 4;
     r->seq_next = r->ra_next = r->ra_end = NO_UNIT;
+    r->pf_next = r->pf_end = NO_UNIT;
+    /* read-ahead on its own thread with FMEM_REGION_PREFETCH_THREAD=1 (off
+     * by default: see docs/far-memory.md, "Prefetch thread") */
+    const char *pt = getenv("FMEM_REGION_PREFETCH_THREAD");
+    r->pf_on = r->prefetch > 0 && pt && pt[0] == '1';
     r->direct = 1; /* until fmem_map says otherwise */
     if ((rc = region_init_sync(r)) != 0) {
         free(r);
@@ -244,6 +261,7 @@ int fmem_region_destroy(fmem_region *r)
     fork_watch_remove(&r->fork);
     if (!r->running) /* a fork child that could not restart them */
         goto gone;
+    region_prefetch_stop(r); /* first: it may wait for the others */
     pthread_mutex_lock(&r->lock);
     r->stop_writer = 1;
     region_kick_writer(r);

@@ -37,6 +37,7 @@
 enum { FAULT_DONE, FAULT_RETRY, FAULT_NOSPACE };
 
 #define FRESH_RUN_BYTES ((size_t)1 << 20) /* see fresh_run_max */
+#define READ_BATCH 32 /* messages read at once */
 
 static void report(const char *what, int err)
 {
@@ -71,6 +72,29 @@ static uint64_t covered_pages(const struct fmem_region *r, uint32_t u, size_t of
     return hi & ~(((uint64_t)1 << p0) - 1);
 }
 
+/* Released pages of a unit an installer is mapping: the data not mapped
+ * yet must read as zeros (lock held; for the prefetcher's, install_mu). */
+static void release_installing(struct fmem_region *r, struct install_ctx *c, uint32_t u,
+                               uint64_t pages)
+{
+    if (!c->active || u - c->first >= c->n)
+        return;
+    uint32_t i = u - c->first;
+    char *b = c->buf + ((size_t)i << r->unit_shift);
+    if (c->src[i] == region_zero_page) {
+        /* zeros stay zeros (and a fresh run may be longer than the
+         * staging buffer) */
+    } else if (c->src[i] != b) { /* stage it: the pool copy may go */
+        memcpy(b, c->src[i], r->unit);
+        c->src[i] = b;
+    }
+    for (unsigned p = 0; p < r->pages_per_unit && c->src[i] == b; p++)
+        if (pages >> p & 1)
+            memset(b + (size_t)p * UFFD_PAGE, 0, UFFD_PAGE);
+    if (pages == full_mask(r))
+        c->released |= (uint64_t)1 << i;
+}
+
 /* The program released `pages` of unit u (lock held). */
 static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
 {
@@ -78,22 +102,8 @@ static void release_unit(struct fmem_region *r, uint32_t u, uint64_t pages)
     int full = pages == full_mask(r);
     switch (un->state) {
     case UNIT_ABSENT:
-        if (r->inst.active && u - r->inst.first < r->inst.n) { /* being mapped */
-            uint32_t i = u - r->inst.first;
-            char *b = r->buf + ((size_t)i << r->unit_shift);
-            if (r->inst.src[i] == region_zero_page) {
-                /* zeros stay zeros (and a fresh run may be longer than
-                 * the staging buffer) */
-            } else if (r->inst.src[i] != b) { /* stage it: the pool copy may go */
-                memcpy(b, r->inst.src[i], r->unit);
-                r->inst.src[i] = b;
-            }
-            for (unsigned p = 0; p < r->pages_per_unit && r->inst.src[i] == b; p++)
-                if (pages >> p & 1)
-                    memset(b + (size_t)p * UFFD_PAGE, 0, UFFD_PAGE);
-            if (full)
-                r->inst.released |= (uint64_t)1 << i;
-        }
+        release_installing(r, &r->inst, u, pages);
+        release_installing(r, &r->pf_inst, u, pages); /* install_mu held */
         if (full) {
             remote_drop(r, u);
             un->heat = 0; /* freed memory: whatever comes next is new */
@@ -152,16 +162,28 @@ static void on_remove(struct fmem_region *r, uintptr_t start, uintptr_t end)
 /* Read what the userfaultfd has: removals are handled now, faults queued. */
 static int read_msgs(struct fmem_region *r)
 {
-    struct uffd_msg msgs[32];
+    struct uffd_msg msgs[READ_BATCH];
+    /* a removal read lets its madvise go on: no copy of the prefetcher's
+     * may be in flight until the removal is handled here */
+    if (r->pf_on)
+        pthread_mutex_lock(&r->install_mu);
     ssize_t got = read(r->uffd, msgs, sizeof msgs);
-    if (got <= 0)
-        return 0;
-    int n = (int)(got / (ssize_t)sizeof msgs[0]);
-    pthread_mutex_lock(&r->lock);
+    int n = got > 0 ? (int)(got / (ssize_t)sizeof msgs[0]) : 0;
+    int removals = 0;
     for (int i = 0; i < n; i++)
-        if (msgs[i].event == UFFD_EVENT_REMOVE)
-            on_remove(r, (uintptr_t)msgs[i].arg.remove.start, (uintptr_t)msgs[i].arg.remove.end);
-    pthread_mutex_unlock(&r->lock);
+        removals |= msgs[i].event == UFFD_EVENT_REMOVE;
+    if (removals) {
+        pthread_mutex_lock(&r->lock);
+        for (int i = 0; i < n; i++)
+            if (msgs[i].event == UFFD_EVENT_REMOVE)
+                on_remove(r, (uintptr_t)msgs[i].arg.remove.start,
+                          (uintptr_t)msgs[i].arg.remove.end);
+        pthread_mutex_unlock(&r->lock);
+    }
+    if (r->pf_on)
+        pthread_mutex_unlock(&r->install_mu);
+    if (n == 0)
+        return 0;
     for (int i = 0; i < n; i++) {
         if (msgs[i].event != UFFD_EVENT_PAGEFAULT)
             continue;
@@ -189,13 +211,13 @@ static void let_events_through(struct fmem_region *r)
  * NULL. */
 static const char *pool_bytes(struct fmem_region *r, uint32_t u)
 {
-    if (!r->direct)
+    if (!atomic_load_explicit(&r->direct, memory_order_relaxed))
         return NULL;
     uint64_t off;
     fmem_handle h = remote_handle(r, u, &off);
     void *p;
     if (fmem_map(r->pool, &h, &p) != 0) {
-        r->direct = 0; /* not this transport: fetch with fmem_read */
+        atomic_store(&r->direct, 0); /* not this transport: fetch with fmem_read */
         return NULL;
     }
     return (const char *)p + off;
@@ -207,15 +229,19 @@ static const char *pool_bytes(struct fmem_region *r, uint32_t u)
  * zero page. Sources that follow each other in memory go in one
  * UFFDIO_COPY. `remote[i]`: unit first+i has pool data; `dirty`: map
  * writable and dirty (a write fault or a writing scan); `demand`: a
- * fault asked for
- * it (else read-ahead). */
-static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const uint8_t *remote,
-                        int dirty, int demand)
+ * fault asked for it (else read-ahead). `pf`: the prefetcher calls, with
+ * install_mu held; it lets go of it between copies (the handler reads
+ * events meanwhile) and at the end, and wakes the whole run, as faults on
+ * it were left to it (serve_fault). */
+void region_install_run(struct fmem_region *r, int pf, uint32_t first, uint32_t n,
+                        const uint8_t *remote, int dirty, int demand)
 {
+    struct install_ctx *ctx = pf ? &r->pf_inst : &r->inst;
+    char *buf = pf ? r->pf_buf : r->buf;
     const char *src[n];
-    uint64_t fetch = 0; /* units to read into r->buf, all at once */
+    uint64_t fetch = 0; /* units to read into buf, all at once */
     for (uint32_t i = 0; i < n; i++) {
-        char *b = r->buf + ((size_t)i << r->unit_shift);
+        char *b = buf + ((size_t)i << r->unit_shift);
         if (!remote[i]) { /* never written back: zeros */
             src[i] = region_zero_page;
             stat_add(&r->st.zero_fills, 1);
@@ -229,8 +255,8 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         src[i] = b;
         fetch |= (uint64_t)1 << i;
     }
-    remote_fetch_many(r, first, fetch, r->buf);
-    r->inst = (struct install_ctx){.active = 1, .first = first, .n = n, .src = src};
+    remote_fetch_many(r, first, fetch, buf);
+    *ctx = (struct install_ctx){.active = 1, .first = first, .n = n, .src = src, .buf = buf};
     char *dst = unit_addr(r, first);
     size_t done = 0, total = (size_t)n << r->unit_shift;
     int existed = 0;
@@ -256,13 +282,19 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
         size_t got;
         int rc = uffd_copy(r->uffd, dst + done, from, len, !dirty, 0, &got);
         done += got;
+        if (pf) { /* the handler may read events between two copies */
+            pthread_mutex_unlock(&r->install_mu);
+            if (rc == -EAGAIN && got == 0)
+                sched_yield();
+            pthread_mutex_lock(&r->install_mu);
+        }
         if (rc == 0)
             continue;
         if (rc == -EEXIST) { /* a stray page, see release_unit: keep it */
             done += UFFD_PAGE;
             existed = 1;
         } else if (rc == -EAGAIN) {
-            if (got == 0)
+            if (got == 0 && !pf)
                 let_events_through(r);
         } else {
             report("UFFDIO_COPY", rc);
@@ -272,15 +304,22 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
     /* a unit mapped writable but released whole meanwhile holds zeros
      * and has no chunk any more: protect it and keep it clean rather than
      * take pool space for it (more releases may come in while we do) */
-    for (uint64_t done = 0, todo; dirty && (todo = r->inst.released & ~done) != 0;) {
+    for (uint64_t done = 0, todo; dirty && (todo = ctx->released & ~done) != 0;) {
         unsigned i = (unsigned)__builtin_ctzll(todo);
-        while (uffd_wp(r->uffd, unit_addr(r, first + i), r->unit, 1) == -EAGAIN)
-            let_events_through(r);
+        while (uffd_wp(r->uffd, unit_addr(r, first + i), r->unit, 1) == -EAGAIN) {
+            if (!pf) {
+                let_events_through(r);
+                continue;
+            }
+            pthread_mutex_unlock(&r->install_mu);
+            sched_yield();
+            pthread_mutex_lock(&r->install_mu);
+        }
         done |= (uint64_t)1 << i;
     }
-    uint64_t released = r->inst.released;
-    r->inst = (struct install_ctx){0};
     pthread_mutex_lock(&r->lock);
+    uint64_t released = ctx->released;
+    *ctx = (struct install_ctx){0};
     for (uint32_t u = first; u < first + n; u++) {
         struct region_unit *un = &r->units[u];
         un->state = UNIT_RESIDENT;
@@ -299,7 +338,9 @@ static void install_run(struct fmem_region *r, uint32_t first, uint32_t n, const
     if (r->nfree < r->reserve)
         region_kick_writer(r);
     pthread_mutex_unlock(&r->lock);
-    if (existed)
+    if (pf)
+        pthread_mutex_unlock(&r->install_mu);
+    if (existed || pf)
         uffd_wake(r->uffd, dst, total);
 }
 
@@ -351,6 +392,7 @@ static void readahead_note(struct fmem_region *r, uint32_t u, uint32_t span, int
     r->ra_next = u + span;
     r->ra_end = (uint32_t)end;
     r->ra_write = write;
+    r->ra_gen++;
     r->seq_next = r->ra_end;
     policy_stream_ahead(r, r->ra_end);
     if (r->ra_next >= r->ra_end)
@@ -363,10 +405,19 @@ static int readahead_step(struct fmem_region *r)
 {
     if (r->ra_next == NO_UNIT)
         return 0;
+    if (r->pf_on && !r->ra_write) { /* the prefetcher maps it */
+        pthread_mutex_lock(&r->lock);
+        region_prefetch_sync(r);
+        pthread_mutex_unlock(&r->lock);
+        return 0;
+    }
     uint8_t remote[r->buf_units];
     uint32_t first = r->ra_next, n = 0;
     pthread_mutex_lock(&r->lock);
-    while (first < r->ra_end && r->units[first].state != UNIT_ABSENT)
+    /* skipping units mapped, or claimed by the prefetcher (an earlier
+     * window of its own) */
+    while (first < r->ra_end && (r->units[first].state != UNIT_ABSENT ||
+                                 r->ring[r->units[first].slot] == first))
         first++;
     /* a writing stream maps its units writable and dirty, without a
      * write-protect fault each; read-ahead allocates no pool space for
@@ -375,7 +426,7 @@ static int readahead_step(struct fmem_region *r)
     int dirty = r->ra_write;
     for (; n < r->buf_units && first + n < r->ra_end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (vn->state != UNIT_ABSENT)
+        if (vn->state != UNIT_ABSENT || r->ring[vn->slot] == first + n)
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);
@@ -393,7 +444,7 @@ static int readahead_step(struct fmem_region *r)
     pthread_mutex_unlock(&r->lock);
     r->ra_next = first + n;
     if (n)
-        install_run(r, first, n, remote, dirty, 0);
+        region_install_run(r, 0, first, n, remote, dirty, 0);
     if (r->ra_next >= r->ra_end) {
         r->ra_next = r->ra_end = NO_UNIT;
         return 0;
@@ -458,6 +509,13 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
     pthread_mutex_lock(&r->lock);
     switch (un->state) {
     case UNIT_ABSENT: {
+        if (r->ring[un->slot] == u) {
+            /* the prefetcher is mapping it: it wakes the run when done */
+            pthread_mutex_unlock(&r->lock);
+            return FAULT_DONE;
+        }
+        if (r->pf_on)
+            region_prefetch_sync(r); /* where the stream is (readahead_note) */
         if (r->nfree == 0) {
             r->space_wanted = 1;
             region_kick_writer(r);
@@ -490,7 +548,7 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
             rem[n++] = 0;
         }
         pthread_mutex_unlock(&r->lock);
-        install_run(r, u, n, rem, write, 1);
+        region_install_run(r, 0, u, n, rem, write, 1);
         policy_note_fault(r, u, write);
         readahead_note(r, u, n, write);
         return FAULT_DONE;
@@ -552,6 +610,7 @@ void *region_handler_main(void *arg)
         /* faults waiting for a slot are woken by whoever frees one while
          * space_wanted is set: the writer (slots_freed) or a release here */
         int timeout = retry || (nospace && space) || ahead || fresh ? 0 : -1;
+        int got = 0, n;
         struct pollfd p[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->evfd, .events = POLLIN}};
         int ready = poll(p, 2, timeout);
         if (ready < 0 && errno != EINTR) {
@@ -562,9 +621,12 @@ void *region_handler_main(void *arg)
             uint64_t v;
             (void)!read(r->evfd, &v, sizeof v);
         }
-        int got = 0, n;
-        while ((n = read_msgs(r)) > 0)
+        /* a short read has drained the queue: what comes later polls in */
+        while ((n = read_msgs(r)) > 0) {
             got += n;
+            if (n < READ_BATCH)
+                break;
+        }
         serve_deferred(r, &retry, &nospace);
         /* read-ahead only while no fault waits for a slot; faults it read
          * while mapping (see let_events_through) are served next round */

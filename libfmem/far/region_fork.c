@@ -59,6 +59,12 @@ static void fork_prepare(struct fork_watch *w)
     region_kick_writer(r);
     while (!r->writer_parked)
         pthread_cond_wait(&r->done_cv, &r->lock);
+    if (r->pf_on) { /* before the handler: its copies may need it */
+        r->fork_park_prefetch = 1;
+        pthread_cond_broadcast(&r->pf_cv);
+        while (!r->prefetch_parked)
+            pthread_cond_wait(&r->done_cv, &r->lock);
+    }
     r->fork_park_handler = 1;
     region_kick_handler(r);
     while (!r->handler_parked)
@@ -68,8 +74,9 @@ static void fork_prepare(struct fork_watch *w)
 static void fork_parent(struct fork_watch *w)
 {
     struct fmem_region *r = REGION_OF(w);
-    r->fork_park = r->fork_park_handler = 0;
+    r->fork_park = r->fork_park_handler = r->fork_park_prefetch = 0;
     pthread_cond_broadcast(&r->writer_cv);
+    pthread_cond_broadcast(&r->pf_cv);
     pthread_cond_broadcast(&r->park_cv);
     pthread_mutex_unlock(&r->lock);
 }
@@ -122,6 +129,10 @@ static void fork_child(struct fork_watch *w)
     r->barrier_done = r->barrier_req;
     r->flush_done = r->flush_req;
     r->inst.active = 0;
+    r->pf_inst.active = 0;
+    r->fork_park_prefetch = r->prefetch_parked = r->stop_prefetch = 0;
+    r->pf_next = r->pf_end = NO_UNIT;
+    r->pf_gen = r->ra_gen;
     r->seq_next = NO_UNIT;
     r->seq_run = 0;
     r->ra_next = r->ra_end = NO_UNIT;

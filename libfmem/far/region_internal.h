@@ -4,10 +4,17 @@
  *  - the fault handler (region_fault.c) is the only reader of the
  *    userfaultfd: it serves faults, installs units (UFFDIO_COPY) and
  *    processes removal events. It never touches region memory and never
- *    waits for another region thread, because a madvise(MADV_DONTNEED) on
- *    the region blocks until the handler has read its removal event.
+ *    waits for another region thread (but for install_mu, see below),
+ *    because a madvise(MADV_DONTNEED) on the region blocks until the
+ *    handler has read its removal event.
  *  - the writer (region_writer.c) picks CLOCK victims, writes dirty units
  *    back and drops them with madvise; it also runs flushes.
+ *  - the prefetcher (region_prefetch.c, where enabled) maps the read-ahead
+ *    window the handler opens, so that the handler stays free for faults.
+ *    It claims ABSENT units by taking their slots under `lock` (a unit
+ *    that is ABSENT but owns its ring slot is being installed) and holds
+ *    `install_mu` while it copies; the handler holds `install_mu` while it
+ *    reads and handles events, so that a removal never passes a copy.
  * All unit, chunk and cache state is guarded by `lock`. Nobody holds it
  * while touching region memory or calling madvise. The handler installs
  * ABSENT units without the lock: only it changes ABSENT units. */
@@ -96,6 +103,7 @@ struct install_ctx {
     int active;
     uint32_t first, n;
     const char **src;
+    char *buf; /* staging: unit first+i at buf + i * unit */
     uint64_t released; /* bit i: unit first+i was released whole meanwhile
                         * (n <= 64: a run is one read-ahead step) */
 };
@@ -197,13 +205,27 @@ struct fmem_region {
     /* handler-private */
     char *buf;               /* fetch buffer: one read-ahead step */
     uint32_t buf_units;
-    int direct;              /* fmem_map works on this pool: copy in place */
+    _Atomic int direct;      /* fmem_map works on this pool: copy in place */
     struct install_ctx inst;
     struct fault_list deferred; /* to retry (EAGAIN) or waiting for space */
     uint32_t seq_next;          /* unit a sequential scan faults on next */
     unsigned seq_run;
     uint32_t ra_next, ra_end;   /* read-ahead stream still to map, or NO_UNIT */
     int ra_write;               /* the stream writes: map it dirty */
+    uint32_t ra_gen;            /* windows opened so far */
+
+    /* the prefetch thread (region_prefetch.c); pf_on is fixed while the
+     * threads run. The window fields are guarded by `lock`, pf_inst by
+     * install_mu. */
+    int pf_on;
+    pthread_t prefetcher;
+    pthread_mutex_t install_mu;
+    pthread_cond_t pf_cv;
+    uint32_t pf_next, pf_end, pf_gen; /* the window as handed over, progress */
+    int pf_write;
+    int stop_prefetch, fork_park_prefetch, prefetch_parked;
+    char *pf_buf;
+    struct install_ctx pf_inst;
 
     struct region_counters st;
 
@@ -289,6 +311,18 @@ void region_park_handler(struct fmem_region *r);
 
 /* region_fault.c */
 void *region_handler_main(void *arg);
+/* Map units [first, first+n) (ABSENT, slots taken by the caller), see
+ * region_fault.c. The prefetcher calls it with install_mu held (pf = 1);
+ * it returns with install_mu released. */
+void region_install_run(struct fmem_region *r, int pf, uint32_t first, uint32_t n,
+                        const uint8_t *remote, int dirty, int demand);
+/* region_prefetch.c */
+void *region_prefetch_main(void *arg);
+/* The handler's read-ahead window and the prefetcher's progress (lock
+ * held): hand a new window over, learn how far it got. */
+void region_prefetch_sync(struct fmem_region *r);
+void region_park_prefetcher(struct fmem_region *r); /* lock held */
+void region_prefetch_stop(struct fmem_region *r);
 /* region_writer.c */
 void *region_writer_main(void *arg);
 void region_kick_writer(struct fmem_region *r); /* lock held */

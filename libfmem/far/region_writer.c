@@ -291,6 +291,8 @@ static void slots_freed(struct fmem_region *r)
     if (r->space_wanted && r->nfree) {
         r->space_wanted = 0;
         region_kick_handler(r);
+        if (r->pf_on)
+            pthread_cond_signal(&r->pf_cv); /* the prefetcher may wait too */
     }
 }
 
