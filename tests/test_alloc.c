@@ -1305,3 +1305,87 @@ Test(redolog, span_block_allocated_before_the_free_is_logged)
 {
     late_free_entry("mem:?size=2M", 128 << 10, CP_SPAN_FREE_COMMIT);
 }
+
+/* ---- quarantine of whole-section blocks ----------------------------------
+ * A free of a block of whole sections commits like the others (key revoked,
+ * every part's log entry marked) and leaves the block allocated in all its
+ * section headers until its finish (on shm with fmem_quarantine_local the
+ * freeing client finishes it itself, right after CP_FREE_QUARANTINED).
+ * Before, such a free revoked and freed in the layer without quarantine. */
+struct qstate {
+    struct node *n;
+    uint64_t chunk;
+    unsigned log2c;
+    uint32_t rkey;
+    int seen, bad;
+};
+static struct qstate qs;
+
+static void quarantined_sections_hook(enum crash_point cp)
+{
+    if (cp != CP_FREE_QUARANTINED || !qs.n)
+        return;
+    qs.seen++;
+    uint64_t base = qs.chunk / CHUNKS_PER_SECTION, nb = UINT64_C(1) << (qs.log2c - 9);
+    for (uint64_t i = 0; i < nb; i++) {
+        uint64_t sh, e;
+        if (tp_read(qs.n->tp, sec_hdr_off(qs.n, base + i), &sh, 8) ||
+            tp_read(qs.n->tp, log_off(qs.n, (base + i) * CHUNKS_PER_SECTION), &e, 8))
+            qs.bad |= 1;
+        if (h_lo(sh) != 0xFFFFFFFFu)
+            qs.bad |= 2; /* a part was freed in its layer before the finish */
+        if (!log_quarantined(e) || log_layer(e) != LAYER_SECTION ||
+            log_log2(e) != (i ? 9 : qs.log2c))
+            qs.bad |= 4; /* a part not marked */
+    }
+    /* the old key is refused already */
+    if (node_check_access(qs.n, qs.chunk, qs.log2c, qs.rkey) != FMEM_EACCES)
+        qs.bad |= 8;
+}
+
+Test(quarantine, whole_section_block_is_marked_and_kept_until_its_finish)
+{
+    fmem_pool *p = open_pool("mem:?size=32M");
+    struct node *n = p->nodes[0];
+    fmem_quarantine_local = true;
+    for (unsigned log2c = 10; log2c <= 12; log2c++) {
+        size_t sz = (size_t)FMEM_CHUNK_SIZE << log2c;
+        fmem_handle h = must_alloc(p, sz);
+        qs = (struct qstate){.n = n, .chunk = h.addr / FMEM_CHUNK_SIZE, .log2c = log2c,
+                          .rkey = h.rkey};
+        fmem_crash_hook = quarantined_sections_hook;
+        int rc = fmem_free(p, &h);
+        fmem_crash_hook = NULL;
+        qs.n = NULL;
+        cr_assert_eq(rc, 0, "free of %zu bytes: %s", sz, fmem_strerror(rc));
+        cr_assert_eq(qs.seen, 1, "the free of %zu bytes was not quarantined", sz);
+        cr_assert_eq(qs.bad, 0, "%zu bytes: state at the commit %#x", sz, qs.bad);
+        /* finished: every part free, no mark left */
+        for (uint64_t i = 0; i < (UINT64_C(1) << (log2c - 9)); i++) {
+            uint64_t sh, e, x = qs.chunk / CHUNKS_PER_SECTION + i;
+            cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, x), &sh, 8), 0);
+            cr_assert_eq(tp_read(n->tp, log_off(n, x * CHUNKS_PER_SECTION), &e, 8), 0);
+            cr_assert_eq(h_lo(sh), 0, "%zu bytes: part %llu still allocated", sz,
+                         (unsigned long long)i);
+            cr_assert(log_valid(e) && !log_alloc(e) && !(e & LOG_QUARANTINE),
+                      "%zu bytes: part %llu entry %#llx", sz, (unsigned long long)i,
+                      (unsigned long long)e);
+        }
+        cr_assert_eq(allocated_bytes(p), 0);
+        /* and its old key stays refused once the block is handed out again */
+        fmem_handle again = must_alloc(p, sz);
+        cr_assert_eq(again.addr, h.addr);
+        cr_assert_neq(again.rkey, h.rkey, "%zu bytes: the old key came back", sz);
+        cr_assert_eq(fmem_read(p, &h, 0, &(char){0}, 1), FMEM_EACCES);
+        must_free(p, &again);
+    }
+    /* a double free of a quarantined-and-finished block is refused */
+    fmem_handle h = must_alloc(p, 4 << 20);
+    must_free(p, &h);
+    cr_assert_neq(fmem_free(p, &h), 0);
+    fmem_quarantine_local = false;
+    fmem_verify_report rep;
+    cr_assert_eq(fmem_verify(p, &rep, stderr), 0);
+    cr_assert_eq(rep.errors, 0);
+    fmem_close(p);
+}

@@ -18,7 +18,8 @@
  * block quarantined, and the memory node frees it in its layer later. On shm
  * the same path runs when fmem_quarantine_local is set (the freeing client
  * then finishes the block itself): the quarantine cases crash right after
- * the mark and inside that finish. */
+ * the mark and inside that finish (for a whole-section block: between its
+ * parts, and inside a part's free before its flush). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <fmem.h>
@@ -104,14 +105,16 @@ struct crash_case {
 
 /* Points inside the finish of a quarantined free (the layer's free). */
 static const enum crash_point finish_points[] = {CP_CHUNK_FREE_COMMIT, CP_SPAN_FREE_COMMIT,
-                                                 CP_FLUSH_READ};
+                                                 CP_MULTI_FREE_PART, CP_FLUSH_READ};
 #define NFINISH (sizeof finish_points / sizeof finish_points[0])
 
 ParameterizedTestParameters(crash, every_point)
 {
     static struct crash_case cases[CP_COUNT * 2 + NFINISH * 2];
     for (int i = 0; i < CP_COUNT; i++) {
-        bool q = i == CP_FREE_QUARANTINED;
+        /* the finish of a whole-section block is reached through
+         * quarantine only */
+        bool q = i == CP_FREE_QUARANTINED || i == CP_QUARANTINE_PART;
         cases[2 * i] = (struct crash_case){(enum crash_point)i, 1, q};
         cases[2 * i + 1] = (struct crash_case){(enum crash_point)i, 3, q};
     }
@@ -130,7 +133,8 @@ ParameterizedTest(struct crash_case *cc, crash, every_point, .timeout = 60)
         /* over verbs every free below a whole section is quarantined and
          * the memory node frees the blocks in their layers: the client
          * passes no layer free, and the quarantine cases are the plain ones */
-        if (cc->cp == CP_CHUNK_FREE_COMMIT || cc->cp == CP_SPAN_FREE_COMMIT)
+        if (cc->cp == CP_CHUNK_FREE_COMMIT || cc->cp == CP_SPAN_FREE_COMMIT ||
+            cc->cp == CP_QUARANTINE_PART)
             cr_skip_test("%s: the memory node commits these frees over rdma",
                          crash_point_names[cc->cp]);
         if (cc->quarantine && cc->cp != CP_FREE_QUARANTINED)

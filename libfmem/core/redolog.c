@@ -446,4 +446,5 @@ const char *const crash_point_names[CP_COUNT] = {
     [CP_FREE_QUARANTINED] = "free-quarantined",
     [CP_FLUSH_READ] = "flush-read",
     [CP_ALLOC_DONE] = "alloc-done",
+    [CP_QUARANTINE_PART] = "quarantine-part",
 };
