@@ -49,6 +49,9 @@ struct node {
      * empty): an allocation that finds no room waits for them (alloc.c) */
     _Atomic uint64_t quarantined[NODE_QRING];
     _Atomic unsigned qnext;
+    /* distinct for every node opened by this process (a closed node's
+     * memory may be reused for the next): thread caches key on it */
+    uint64_t serial;
 };
 
 /* Region offsets. */

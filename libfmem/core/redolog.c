@@ -288,6 +288,7 @@ _Atomic uint64_t log_snap_wrong;
 
 struct span_snap {
     const struct node *n; /* NULL: nothing known */
+    uint64_t serial;      /* n's (a closed node's memory may be reused) */
     uint64_t s, hs;       /* span, and the header value the entries go with */
     uint64_t e[CHUNKS_PER_SPAN];
 };
@@ -344,7 +345,7 @@ int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, ui
     uint64_t key, ents[CHUNKS_PER_SPAN];
     unsigned off = (unsigned)(chunk % CHUNKS_PER_SPAN);
     struct span_snap *sn = span_snap_on() ? span_snap_slot(s) : NULL;
-    bool known = sn && sn->n == n && sn->s == s && sn->hs == hv;
+    bool known = sn && sn->n == n && sn->serial == n->serial && sn->s == s && sn->hs == hv;
     /* the READ of the entries comes after the CAS: what it reads goes with
      * nv (if nobody moved the header in between, which the next commit's
      * CAS tells) */
@@ -370,6 +371,7 @@ int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, ui
         if (!known) {
             memcpy(sn->e, ents, sizeof ents);
             sn->n = n;
+            sn->serial = n->serial;
             sn->s = s;
         }
         uint64_t c, want;
