@@ -133,9 +133,11 @@ ParameterizedTest(struct crash_case *cc, crash, every_point, .timeout = 60)
     if (given && *given && strncmp(given, "rdma:", 5) == 0) {
         /* over verbs every free is quarantined and
          * the memory node frees the blocks in their layers: the client
-         * passes no layer free, and the quarantine cases are the plain ones */
+         * passes no layer free and no revocation without a mark, and the
+         * quarantine cases are the plain ones */
         if (cc->cp == CP_CHUNK_FREE_COMMIT || cc->cp == CP_SPAN_FREE_COMMIT ||
-            cc->cp == CP_MULTI_FREE_PART || cc->cp == CP_QUARANTINE_PART)
+            cc->cp == CP_MULTI_FREE_PART || cc->cp == CP_QUARANTINE_PART ||
+            cc->cp == CP_FREE_REVOKED)
             cr_skip_test("%s: the memory node commits these frees over rdma",
                          crash_point_names[cc->cp]);
         if (cc->quarantine && cc->cp != CP_FREE_QUARANTINED)
