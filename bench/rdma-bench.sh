@@ -6,18 +6,22 @@
 #     against the free-array and RPC baselines (fmem-rdmabench --serve).
 # Usage: rdma-bench.sh BUILDDIR [--mw 'fmem-mwbench options']
 #            [--rdma 'fmem-rdmabench options'] [--serve 'its --serve options']
-#            [--pin yes|no]
+#            [--pin yes|no] [--ab OLDBUILD]
+# --ab OLDBUILD: afterwards, fmem and the free array of this build and of
+# another build directory (an older tree) against the same memory node,
+# alternately new, old, new, old, so that drift between runs shows.
 # The VM emulates its CPU (TCG), so the default iteration counts are small.
 set -u
 B=${1:-.}
 [ $# -gt 0 ] && shift
-mw_args="" rdma_args="" serve_args="" pin=yes
+mw_args="" rdma_args="" serve_args="" pin=yes ab=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --mw) mw_args=$2; shift 2 ;;
     --rdma) rdma_args=$2; shift 2 ;;
     --serve) serve_args=$2; shift 2 ;;
     --pin) pin=${2:-yes}; shift 2 ;;
+    --ab) ab=$2; shift 2 ;;
     *) mw_args="$mw_args $1"; shift ;; # older form: fmem-mwbench options
     esac
 done
@@ -78,6 +82,17 @@ for mode in posted waited posted; do
     FMEM_VERBS_WAIT_POSTS=$wp FMEM_VERBS_PROF=1 $cli_cpu "$B/bench/fmem-rdmabench" \
         --fmem "rdma://$addr:7481?token=$token" --allocators fmem $rdma_args || rc=$((rc + 4))
 done
+if [ -n "$ab" ]; then
+    for which in new old new old; do
+        d=$B
+        [ $which = old ] && d=$ab
+        echo
+        echo "== fmem-rdmabench, $which build ($d), fmem and free array =="
+        # shellcheck disable=SC2086
+        $cli_cpu "$d/bench/fmem-rdmabench" --fmem "rdma://$addr:7481?token=$token" \
+            --baseline $addr:7482 --allocators fmem,free-array $rdma_args || rc=$((rc + 8))
+    done
+fi
 kill $mnode $serve
 wait $mnode $serve
 echo "memory node at exit: $(grep -v '^ready' $vlog | tr '\n' ' ')"

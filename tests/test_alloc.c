@@ -10,6 +10,7 @@
 
 #include "crashpoint.h"
 #include "fmem.h"
+#include "fmem_admin.h"
 #include "pool_internal.h"
 #include "protocol.h"
 #include "pool_helpers.h"
@@ -735,6 +736,113 @@ Test(redolog, entry_records_the_live_allocation)
     fmem_close(p);
 }
 
+/* A commit in the span of the thread's previous commit, with nobody else's
+ * operation in between, knows the new block's log entry from the span's
+ * entries read with that commit (redolog.c, span_snap): it reads only the
+ * block's key. Before, every allocation read the entry and the key. */
+Test(redolog, commits_in_one_span_read_only_the_key)
+{
+    fmem_pool *p = open_pool("mem:?size=4M");
+    struct node *n = p->nodes[0];
+    enum { N = 24 };
+    fmem_handle h[N];
+    h[0] = must_alloc(p, 4096); /* may claim a span */
+    struct tp_trace t0 = tp_trace;
+    for (int i = 1; i < N; i++)
+        h[i] = must_alloc(p, 4096);
+    uint64_t reads = tp_trace.reads - t0.reads, hits = tp_trace.snap_hits - t0.snap_hits;
+    cr_log_info("%d allocations: %llu READs, %llu knew the entry", N - 1,
+                (unsigned long long)reads, (unsigned long long)hits);
+    cr_assert_leq(reads, (uint64_t)N - 1 + 2, "%llu READs for %d allocations",
+                  (unsigned long long)reads, N - 1);
+    cr_assert_geq(hits, (uint64_t)N - 3);
+    for (int i = 0; i < N; i++) {
+        uint64_t e;
+        cr_assert_eq(tp_read(n->tp, log_off(n, h[i].addr / FMEM_CHUNK_SIZE), &e, 8), 0);
+        cr_assert(log_valid(e) && log_alloc(e) && log_log2(e) == 0 && log_uid(e) == n->uid,
+                  "block %d: entry %#llx", i, (unsigned long long)e);
+    }
+    for (int i = 0; i < N; i++)
+        must_free(p, &h[i]);
+    fmem_close(p);
+}
+
+/* Threads allocating and freeing in the same few spans: every commit that
+ * took its entry from a span snapshot must have found exactly that entry
+ * (the mem transport answers the flush at once, so a wrong one shows), the
+ * full log must record each live allocation, and the verifier must be clean. */
+enum { SNAP_THREADS = 4, SNAP_ROUNDS = 20000, SNAP_HELD = 6 };
+
+struct snap_worker {
+    fmem_pool *p;
+    unsigned seed;
+    int bad;
+    uint64_t hits;
+};
+
+static void *snap_churn(void *arg)
+{
+    struct snap_worker *w = arg;
+    struct node *n = w->p->nodes[0];
+    fmem_handle held[SNAP_HELD];
+    int nheld = 0;
+    uint64_t h0 = tp_trace.snap_hits;
+    for (int r = 0; r < SNAP_ROUNDS && !w->bad; r++) {
+        if (nheld == SNAP_HELD || (nheld && rand_r(&w->seed) % 3 == 0)) {
+            int i = (int)(rand_r(&w->seed) % (unsigned)nheld);
+            if (fmem_free(w->p, &held[i]))
+                w->bad = 1;
+            held[i] = held[--nheld];
+            continue;
+        }
+        size_t sz = (size_t)4096 << (rand_r(&w->seed) % 3 == 0 ? rand_r(&w->seed) % 5 : 0);
+        fmem_handle h;
+        int rc = fmem_alloc(w->p, sz, &h);
+        if (rc == FMEM_ENOMEM)
+            continue;
+        if (rc) {
+            w->bad = 2;
+            break;
+        }
+        uint64_t e;
+        if (tp_read(n->tp, log_off(n, h.addr / FMEM_CHUNK_SIZE), &e, 8) ||
+            !log_valid(e) || !log_alloc(e) || (4096ull << log_log2(e)) != sz ||
+            log_uid(e) != n->uid)
+            w->bad = 3;
+        held[nheld++] = h;
+    }
+    while (nheld)
+        if (fmem_free(w->p, &held[--nheld]))
+            w->bad = 1;
+    w->hits = tp_trace.snap_hits - h0;
+    return NULL;
+}
+
+Test(redolog, span_snapshots_stay_right_under_contention, .timeout = 120)
+{
+    fmem_pool *p = open_pool("mem:?size=4M");
+    uint64_t wrong0 = atomic_load(&log_snap_wrong), hits = 0;
+    pthread_t th[SNAP_THREADS];
+    struct snap_worker w[SNAP_THREADS];
+    for (int i = 0; i < SNAP_THREADS; i++) {
+        w[i] = (struct snap_worker){.p = p, .seed = 17u * (unsigned)i + 1};
+        cr_assert_eq(pthread_create(&th[i], NULL, snap_churn, &w[i]), 0);
+    }
+    for (int i = 0; i < SNAP_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        cr_expect_eq(w[i].bad, 0, "thread %d: failure %d", i, w[i].bad);
+        hits += w[i].hits;
+    }
+    cr_log_info("%llu commits knew their entry", (unsigned long long)hits);
+    cr_assert_gt(hits, 100, "the snapshots were not used");
+    cr_assert_eq(atomic_load(&log_snap_wrong) - wrong0, 0, "a snapshot entry was wrong");
+    fmem_verify_report rep;
+    cr_assert_eq(fmem_verify(p, &rep, stderr), 0);
+    cr_assert_eq(rep.errors, 0, "the verifier found %llu errors", (unsigned long long)rep.errors);
+    cr_assert_eq(allocated_bytes(p), 0);
+    fmem_close(p);
+}
+
 /* ---- contention control ------------------------------------------------- */
 
 /* Span of a chunk-layer block. */
@@ -1196,4 +1304,88 @@ Test(redolog, chunk_block_allocated_before_the_free_is_logged)
 Test(redolog, span_block_allocated_before_the_free_is_logged)
 {
     late_free_entry("mem:?size=2M", 128 << 10, CP_SPAN_FREE_COMMIT);
+}
+
+/* ---- quarantine of whole-section blocks ----------------------------------
+ * A free of a block of whole sections commits like the others (key revoked,
+ * every part's log entry marked) and leaves the block allocated in all its
+ * section headers until its finish (on shm with fmem_quarantine_local the
+ * freeing client finishes it itself, right after CP_FREE_QUARANTINED).
+ * Before, such a free revoked and freed in the layer without quarantine. */
+struct qstate {
+    struct node *n;
+    uint64_t chunk;
+    unsigned log2c;
+    uint32_t rkey;
+    int seen, bad;
+};
+static struct qstate qs;
+
+static void quarantined_sections_hook(enum crash_point cp)
+{
+    if (cp != CP_FREE_QUARANTINED || !qs.n)
+        return;
+    qs.seen++;
+    uint64_t base = qs.chunk / CHUNKS_PER_SECTION, nb = UINT64_C(1) << (qs.log2c - 9);
+    for (uint64_t i = 0; i < nb; i++) {
+        uint64_t sh, e;
+        if (tp_read(qs.n->tp, sec_hdr_off(qs.n, base + i), &sh, 8) ||
+            tp_read(qs.n->tp, log_off(qs.n, (base + i) * CHUNKS_PER_SECTION), &e, 8))
+            qs.bad |= 1;
+        if (h_lo(sh) != 0xFFFFFFFFu)
+            qs.bad |= 2; /* a part was freed in its layer before the finish */
+        if (!log_quarantined(e) || log_layer(e) != LAYER_SECTION ||
+            log_log2(e) != (i ? 9 : qs.log2c))
+            qs.bad |= 4; /* a part not marked */
+    }
+    /* the old key is refused already */
+    if (node_check_access(qs.n, qs.chunk, qs.log2c, qs.rkey) != FMEM_EACCES)
+        qs.bad |= 8;
+}
+
+Test(quarantine, whole_section_block_is_marked_and_kept_until_its_finish)
+{
+    fmem_pool *p = open_pool("mem:?size=32M");
+    struct node *n = p->nodes[0];
+    fmem_quarantine_local = true;
+    for (unsigned log2c = 10; log2c <= 12; log2c++) {
+        size_t sz = (size_t)FMEM_CHUNK_SIZE << log2c;
+        fmem_handle h = must_alloc(p, sz);
+        qs = (struct qstate){.n = n, .chunk = h.addr / FMEM_CHUNK_SIZE, .log2c = log2c,
+                          .rkey = h.rkey};
+        fmem_crash_hook = quarantined_sections_hook;
+        int rc = fmem_free(p, &h);
+        fmem_crash_hook = NULL;
+        qs.n = NULL;
+        cr_assert_eq(rc, 0, "free of %zu bytes: %s", sz, fmem_strerror(rc));
+        cr_assert_eq(qs.seen, 1, "the free of %zu bytes was not quarantined", sz);
+        cr_assert_eq(qs.bad, 0, "%zu bytes: state at the commit %#x", sz, qs.bad);
+        /* finished: every part free, no mark left */
+        for (uint64_t i = 0; i < (UINT64_C(1) << (log2c - 9)); i++) {
+            uint64_t sh, e, x = qs.chunk / CHUNKS_PER_SECTION + i;
+            cr_assert_eq(tp_read(n->tp, sec_hdr_off(n, x), &sh, 8), 0);
+            cr_assert_eq(tp_read(n->tp, log_off(n, x * CHUNKS_PER_SECTION), &e, 8), 0);
+            cr_assert_eq(h_lo(sh), 0, "%zu bytes: part %llu still allocated", sz,
+                         (unsigned long long)i);
+            cr_assert(log_valid(e) && !log_alloc(e) && !(e & LOG_QUARANTINE),
+                      "%zu bytes: part %llu entry %#llx", sz, (unsigned long long)i,
+                      (unsigned long long)e);
+        }
+        cr_assert_eq(allocated_bytes(p), 0);
+        /* and its old key stays refused once the block is handed out again */
+        fmem_handle again = must_alloc(p, sz);
+        cr_assert_eq(again.addr, h.addr);
+        cr_assert_neq(again.rkey, h.rkey, "%zu bytes: the old key came back", sz);
+        cr_assert_eq(fmem_read(p, &h, 0, &(char){0}, 1), FMEM_EACCES);
+        must_free(p, &again);
+    }
+    /* a double free of a quarantined-and-finished block is refused */
+    fmem_handle h = must_alloc(p, 4 << 20);
+    must_free(p, &h);
+    cr_assert_neq(fmem_free(p, &h), 0);
+    fmem_quarantine_local = false;
+    fmem_verify_report rep;
+    cr_assert_eq(fmem_verify(p, &rep, stderr), 0);
+    cr_assert_eq(rep.errors, 0);
+    fmem_close(p);
 }

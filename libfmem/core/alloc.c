@@ -288,7 +288,11 @@ static int revoke(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, 
  * frees the block in its layer (node_quarantine_finish). The key CAS comes
  * first in the chain, so a marked entry always has its key revoked, and a
  * marked entry whose key entry has a backup again has a dead old key.
- * Blocks of whole sections (several log entries) are not quarantined. */
+ * A block of whole sections has a log entry per section: each is marked,
+ * the first one last (in the same chain), so a block whose first entry is
+ * marked has every part marked; the finish frees the parts last first, so
+ * a finish cut short leaves the first part marked (and is done again),
+ * and a part freed already has lost its mark with the flush of its free. */
 bool fmem_quarantine_local;
 
 /* Tests of programs linked to the shared library: FMEM_QUARANTINE_LOCAL=1 */
@@ -304,7 +308,8 @@ static bool quarantine_env(void)
 
 static bool quarantines(const struct node *n, unsigned log2c)
 {
-    return log2c <= 9 && !n->log_none &&
+    (void)log2c;
+    return !n->log_none &&
            (n->tp->wkeys_off || fmem_quarantine_local || quarantine_env());
 }
 
@@ -377,9 +382,28 @@ static void mark_found(struct node *n, uint64_t chunk, unsigned log2c, uint64_t 
  * entry `e` (checked by the caller, or remembered from the own allocation:
  * then guard_rkey is the block's key, read from the block ahead of the
  * CASes in the same chain; see own_free). */
+/* Mark the log entry of section x (a part of a whole-section block) found
+ * to be `cur` instead of the entry its mark CAS expected. */
+static void mark_part(struct node *n, uint64_t x, uint64_t cur)
+{
+    for (int i = 0; i < 8 && !(cur & LOG_QUARANTINE); i++) {
+        if (!log_valid(cur) || !log_alloc(cur) || log_layer(cur) != LAYER_SECTION)
+            break;
+        uint64_t seen = cur;
+        if (tp_cas(n->tp, log_off(n, x * CHUNKS_PER_SECTION), seen, seen | LOG_QUARANTINE, &cur) !=
+            0)
+            break;
+    }
+}
+
+static int quarantine_sections(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap,
+                               uint64_t e);
+
 static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, uint64_t e,
                       uint32_t guard_rkey)
 {
+    if (log2c > 9)
+        return quarantine_sections(n, chunk, log2c, cap, e);
     uint64_t off = key_off(n, chunk, log2c), bell = 0, guard;
     bool wk = n->tp->wkeys_off != 0;
     for (;;) {
@@ -425,6 +449,91 @@ static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t c
             return FMEM_EDOUBLEFREE; /* a concurrent free of the same block won */
         cap = all[1].old;
     }
+}
+
+/* The quarantine chain of a block of 2^p whole sections: the key CAS, then
+ * the marks of the parts' entries (read first, in one round trip), the
+ * first part's last, then the doorbell. */
+static int quarantine_sections(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap,
+                               uint64_t e)
+{
+    uint64_t base = chunk / CHUNKS_PER_SECTION, nb = UINT64_C(1) << (log2c - 9);
+    uint64_t off = key_off(n, chunk, log2c), bell = 0;
+    bool wk = n->tp->wkeys_off != 0;
+    size_t nops = (size_t)nb + 2;
+    struct tp_op *ops = calloc(nops, sizeof *ops);
+    uint64_t *ents = calloc((size_t)nb, sizeof *ents);
+    int rc = 0;
+    if (!ops || !ents) {
+        rc = FMEM_ENOMEM;
+        goto out;
+    }
+    /* the other parts' entries (the first one, e, the caller read) */
+    for (uint64_t i = 1; i < nb; i++)
+        ops[i - 1] = (struct tp_op){.kind = TP_READ,
+                                    .off = log_off(n, (base + i) * CHUNKS_PER_SECTION),
+                                    .buf = &ents[i], .len = 8};
+    if (nb > 1 && (rc = tp_batch(n->tp, ops, (size_t)nb - 1)) != 0)
+        goto out;
+    ents[0] = e;
+    for (uint64_t i = 1; i < nb; i++)
+        if (!log_valid(ents[i]) || !log_alloc(ents[i]) || log_layer(ents[i]) != LAYER_SECTION ||
+            log_log2(ents[i]) != 9) {
+            rc = FMEM_EBADHANDLE; /* not the parts of one block */
+            goto out;
+        }
+    for (;;) {
+        uint64_t next;
+        if (wk) {
+            if (cap_backup(cap) == 0) { /* no backup window yet: wait for one */
+                rc = wk_ring(n, off);
+                if (rc == 0)
+                    rc = wk_wait_change(n, off, cap, &cap);
+                if (rc)
+                    goto out;
+                continue;
+            }
+            next = cap_make(cap_backup(cap), 0);
+        } else {
+            next = revoked_cap(n, cap);
+        }
+        size_t k = 0;
+        ops[k++] = (struct tp_op){.kind = TP_CAS, .off = off, .expect = cap, .desired = next};
+        for (uint64_t i = nb; i-- > 0;) /* the first part's mark last */
+            ops[k++] = (struct tp_op){.kind = TP_CAS,
+                                      .off = log_off(n, (base + i) * CHUNKS_PER_SECTION),
+                                      .expect = ents[i], .desired = ents[i] | LOG_QUARANTINE};
+        if (wk) {
+            bell = wk_bell(n, off);
+            ops[k++] = (struct tp_op){.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell,
+                                      .len = 8};
+        }
+        if ((rc = tp_batch(n->tp, ops, k)) != 0)
+            goto out;
+        if (ops[0].old == cap) { /* ours */
+            bool late = false;
+            for (uint64_t j = 1; j <= nb; j++) {
+                uint64_t i = nb - j; /* ops[j] marked part i */
+                if (ops[j].old != ops[j].expect && !(ops[j].old & LOG_QUARANTINE)) {
+                    mark_part(n, base + i, ops[j].old);
+                    late = true;
+                }
+            }
+            if (late && wk) /* a mark landed after the bell: ring again */
+                wk_ring(n, off);
+            remember_quarantined(n, chunk, log2c);
+            goto out;
+        }
+        if (cap_main(ops[0].old) != cap_main(cap)) {
+            rc = FMEM_EDOUBLEFREE; /* a concurrent free of the same block won */
+            goto out;
+        }
+        cap = ops[0].old;
+    }
+out:
+    free(ops);
+    free(ents);
+    return rc;
 }
 
 /* ---- the free of an own allocation ------------------------------------------
@@ -523,9 +632,50 @@ static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rke
     return rc;
 }
 
+/* Finish part x of a whole-section block whose entry is marked with log2
+ * `log2c` (the first part: the block's; the others: 9). */
+static int part_finish(struct node *n, uint64_t x, unsigned log2c, unsigned code_off)
+{
+    uint64_t sh, e;
+    struct tp_op ops[2] = {
+        {.kind = TP_READ, .off = sec_hdr_off(n, x), .buf = &sh, .len = 8},
+        {.kind = TP_READ, .off = log_off(n, x * CHUNKS_PER_SECTION), .buf = &e, .len = 8},
+    };
+    int rc = tp_batch(n->tp, ops, 2);
+    if (rc)
+        return rc;
+    if (!log_quarantined(e) || log_layer(e) != LAYER_SECTION || log_log2(e) != log2c)
+        return 0; /* freed already (its flush took the mark), or never marked */
+    if (h_lo(sh) != 0xFFFFFFFFu) { /* freed by a finish that died before its flush */
+        log_flush_section(n, x, sh);
+        return 0;
+    }
+    return multi_free_part(n, x, code_off, log_uid(e));
+}
+
+/* A block of whole sections: its parts last first, the first part (whose
+ * mark says the block is quarantined) last. A marked part that is not a
+ * first part (log2 9, section layer) is a leftover of a finish cut short
+ * after the first part: it alone. */
+static int sections_finish(struct node *n, uint64_t chunk, unsigned log2c)
+{
+    uint64_t base = chunk / CHUNKS_PER_SECTION;
+    if (log2c == 9)
+        return part_finish(n, base, 9, 0);
+    uint64_t nb = UINT64_C(1) << (log2c - 9);
+    for (uint64_t i = nb; i-- > 0;) {
+        int rc = part_finish(n, base + i, i ? 9 : log2c, i ? 0 : log2c - 9);
+        if (rc)
+            return rc;
+        if (i)
+            CRASH_POINT(CP_QUARANTINE_PART);
+    }
+    return 0;
+}
+
 int node_quarantine_finish(struct node *n, uint64_t chunk, unsigned log2c)
 {
-    if (!block_ok(n, chunk, log2c) || log2c > 9)
+    if (!block_ok(n, chunk, log2c))
         return FMEM_EBADHANDLE;
     uint64_t h, e;
     struct tp_op ops[2] = {
@@ -535,6 +685,9 @@ int node_quarantine_finish(struct node *n, uint64_t chunk, unsigned log2c)
     int rc = tp_batch(n->tp, ops, 2);
     if (rc)
         return rc;
+    if (log_quarantined(e) && log_layer(e) == LAYER_SECTION && log_log2(e) == log2c &&
+        log2c >= 9 && chunk % CHUNKS_PER_SECTION == 0)
+        return sections_finish(n, chunk, log2c);
     if (!log_quarantined(e) || log_log2(e) != log2c || log_layer(e) != layer_of(log2c))
         return 0;
     if (!block_allocated(h, chunk, log2c)) {

@@ -21,6 +21,8 @@ enum crash_point {
     CP_ALLOC_DONE,          /* committed and flushed, key not yet read */
     CP_FREE_QUARANTINED,    /* free committed (key revoked, block quarantined),
                              * block not yet freed in its layer */
+    CP_QUARANTINE_PART,     /* finish of a quarantined whole-section block:
+                             * a part after the first freed, the rest not */
     CP_COUNT
 };
 

@@ -248,6 +248,8 @@ int node_open_user(struct transport *tp, bool created, enum node_user how, unsig
     struct node *n = calloc(1, sizeof *n);
     if (!n)
         return FMEM_ENOMEM;
+    static _Atomic uint64_t serials;
+    n->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
     n->tp = tp;
     n->g = g;
     atomic_init(&n->rng, seed64());

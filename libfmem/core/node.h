@@ -49,6 +49,9 @@ struct node {
      * empty): an allocation that finds no room waits for them (alloc.c) */
     _Atomic uint64_t quarantined[NODE_QRING];
     _Atomic unsigned qnext;
+    /* distinct for every node opened by this process (a closed node's
+     * memory may be reused for the next): thread caches key on it */
+    uint64_t serial;
 };
 
 /* Region offsets. */
@@ -175,8 +178,13 @@ struct key_read {
      * (right after the header CAS): the commit's flush starts from it */
     bool entry_read;
     uint64_t entry;
+    /* the entry came from the span's snapshot (redolog.c), not a READ */
+    bool entry_snap;
 };
 extern _Thread_local struct key_read log_key_read;
+/* Tests: flushes whose expected entry, known from a span snapshot, was
+ * not what the entry held (seen where the transport answers posts at once) */
+extern _Atomic uint64_t log_snap_wrong;
 void log_commit_span(struct node *n, uint64_t s, uint64_t h);
 /* node_alloc's commit CAS on span header s (hv -> nv) for the block
  * (chunk, log2c): in the same round trip it reads the block's log entry

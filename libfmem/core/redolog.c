@@ -9,6 +9,10 @@
  * current layer of the span decides: a chunk-layer log may only be written
  * while the span is attached, a section-layer one while it is detached, and
  * in both cases only while it is still the latest log in its header. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "crashpoint.h"
 #include "fmem.h"
 #include "node.h"
@@ -159,6 +163,7 @@ static bool flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
     bool have = commit && log_key_read.armed && log_key_read.entry_read &&
                 log_key_read.chunk == t->chunk && log_key_read.log2c == t->log2_chunks &&
                 t->alloc && !section_domain;
+    bool from_snap = have && log_key_read.entry_snap;
     if (have) {
         log_key_read.entry_read = false;
         key_too = false;
@@ -207,8 +212,11 @@ static bool flush(struct node *n, const struct tlog *t, uint64_t hdr_off, uint64
                 posted_flush.lost = lost;
                 return true;
             }
-            if (r == 1)
+            if (r == 1) {
                 r = op.old == e;
+                if (from_snap && op.old != e && log_op(op.old) != want)
+                    atomic_fetch_add_explicit(&log_snap_wrong, 1, memory_order_relaxed);
+            }
         } else {
             r = tp_cas(n->tp, eoff, e, want, NULL);
             tp_trace.log_cas++;
@@ -259,28 +267,127 @@ void log_commit_span(struct node *n, uint64_t s, uint64_t h)
     atomic_store_explicit(&n->span_flushed[s], h, memory_order_relaxed);
 }
 
+/* ---- the entries of a span, known from the thread's own commits -----------
+ * The commit's flush needs the block's full log entry as it was before
+ * (the CAS's expected value). An entry of a block that is free in a span
+ * header value H changes only by flushes of operations on that block, and
+ * every such operation is a CAS of the span header: so while the header
+ * stays H, the entries of its free blocks stay what they were. A commit
+ * that reads them all (one READ of the span's 32 entries, after its CAS in
+ * the same chain) therefore knows, for its next commit in that span, the
+ * entry of the block it takes, provided that commit's CAS finds the header
+ * still holding its own previous value (nobody else operated in the span
+ * meanwhile, so the entries read then are the entries now). The entry of
+ * the block just allocated becomes the allocation's log: the header cannot
+ * move past it without flushing it. A failed CAS forgets the span. Entries
+ * of allocated blocks (quarantine marks change them without a header CAS)
+ * are never used: such a block is not free in the header. */
+#define SNAP_SLOTS 4
+
+_Atomic uint64_t log_snap_wrong;
+
+struct span_snap {
+    const struct node *n; /* NULL: nothing known */
+    uint64_t serial;      /* n's (a closed node's memory may be reused) */
+    uint64_t s, hs;       /* span, and the header value the entries go with */
+    uint64_t e[CHUNKS_PER_SPAN];
+};
+
+/* On the heap, once per thread (freed when it exits): static TLS this
+ * large may not fit where libfmem.so is loaded with dlopen. */
+static _Thread_local struct span_snap *tl_snaps;
+static pthread_key_t snap_key;
+static pthread_once_t snap_once = PTHREAD_ONCE_INIT;
+static bool snap_key_ok;
+
+static void snap_key_init(void)
+{
+    snap_key_ok = pthread_key_create(&snap_key, free) == 0;
+}
+
+static struct span_snap *span_snap_slot(uint64_t s)
+{
+    if (!tl_snaps) {
+        pthread_once(&snap_once, snap_key_init);
+        if (!snap_key_ok)
+            return NULL;
+        struct span_snap *t = calloc(SNAP_SLOTS, sizeof *t);
+        if (t && pthread_setspecific(snap_key, t) != 0) {
+            free(t);
+            t = NULL;
+        }
+        if (!t)
+            return NULL;
+        tl_snaps = t;
+    }
+    return &tl_snaps[s % SNAP_SLOTS];
+}
+
+/* Tests: FMEM_SPAN_SNAP=0 turns the snapshots off (every commit reads
+ * the entry) */
+static bool span_snap_on(void)
+{
+    static _Atomic int v = -1;
+    int x = atomic_load_explicit(&v, memory_order_relaxed);
+    if (x < 0) {
+        const char *e = getenv("FMEM_SPAN_SNAP");
+        x = !(e && *e == '0');
+        atomic_store_explicit(&v, x, memory_order_relaxed);
+    }
+    return x == 1;
+}
+
 int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, uint64_t *old,
                         uint64_t chunk, unsigned log2c)
 {
     if (n->log_none || !log_key_read.armed)
         return tp_cas(n->tp, span_hdr_off(n, s), hv, nv, old);
-    uint64_t e, key;
+    uint64_t key, ents[CHUNKS_PER_SPAN];
+    unsigned off = (unsigned)(chunk % CHUNKS_PER_SPAN);
+    struct span_snap *sn = span_snap_on() ? span_snap_slot(s) : NULL;
+    bool known = sn && sn->n == n && sn->serial == n->serial && sn->s == s && sn->hs == hv;
+    /* the READ of the entries comes after the CAS: what it reads goes with
+     * nv (if nobody moved the header in between, which the next commit's
+     * CAS tells) */
     struct tp_op ops[3] = {
         {.kind = TP_CAS, .off = span_hdr_off(n, s), .expect = hv, .desired = nv},
-        {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
         {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &key, .len = 8},
+        {.kind = TP_READ, .off = log_off(n, s * CHUNKS_PER_SPAN), .buf = ents, .len = sizeof ents},
     };
-    int rc = tp_batch(n->tp, ops, 3);
-    if (rc < 0)
-        return rc;
-    *old = ops[0].old;
-    if (ops[0].old != hv)
+    int rc = tp_batch(n->tp, ops, known ? 2 : 3);
+    if (rc < 0 || ops[0].old != hv) {
+        if (sn && sn->n == n && sn->s == s)
+            sn->n = NULL;
+        if (rc < 0)
+            return rc;
+        *old = ops[0].old;
         return 0;
-    /* read after our CAS in the same chain: the block's entry before our
-     * flush, and its key (nobody changes the key of an allocated block
-     * but its free) */
+    }
+    *old = ops[0].old;
+    uint64_t e = known ? sn->e[off] : ents[off];
+    if (known)
+        tp_trace.snap_hits++;
+    if (sn) {
+        if (!known) {
+            memcpy(sn->e, ents, sizeof ents);
+            sn->n = n;
+            sn->serial = n->serial;
+            sn->s = s;
+        }
+        uint64_t c, want;
+        if (log_expected_span(s, nv, &c, &want) && c == chunk) {
+            sn->hs = nv;
+            sn->e[off] = want;
+        } else {
+            sn->n = NULL;
+        }
+    }
+    /* read after our CAS in the same chain (or known from before it): the
+     * block's entry before our flush, and its key (nobody changes the key
+     * of an allocated block but its free) */
     log_key_read = (struct key_read){.armed = true, .done = true, .chunk = chunk, .log2c = log2c,
-                                     .key = key, .entry_read = true, .entry = e};
+                                     .key = key, .entry_read = true, .entry = e,
+                                     .entry_snap = known};
     return 1;
 }
 
@@ -341,4 +448,5 @@ const char *const crash_point_names[CP_COUNT] = {
     [CP_FREE_QUARANTINED] = "free-quarantined",
     [CP_FLUSH_READ] = "flush-read",
     [CP_ALLOC_DONE] = "alloc-done",
+    [CP_QUARANTINE_PART] = "quarantine-part",
 };

@@ -30,6 +30,7 @@ struct tp_trace {
     uint64_t cas, cas_fail, reads, writes, round_trips;
     uint64_t log_cas; /* of `cas`, the ones that flushed a redo log */
     uint64_t own_frees; /* frees of own allocations in one chain (alloc.c) */
+    uint64_t snap_hits; /* commits that knew the entry (redolog.c: span_snap) */
 };
 extern _Thread_local struct tp_trace tp_trace;
 

@@ -233,8 +233,12 @@ static uint64_t log_word(const struct verbs_server *s, uint64_t c)
     return atomic_load_explicit(&log[c], memory_order_relaxed);
 }
 
-/* Free the block of entry e if it is quarantined and its old key is dead. */
-static void finish_entry(struct verbs_server *s, uint64_t e)
+/* Free the block of entry e if it is quarantined and its old key is dead.
+ * A marked log entry of a later part of a whole-section block (log2 9 in
+ * the section layer: a finish cut short left it) is not the 2 MiB block
+ * whose key entry shares its chunk: only at start (parts), when every old
+ * window is gone, is it finished alone. */
+static void finish_entry(struct verbs_server *s, uint64_t e, bool parts)
 {
     uint64_t c;
     unsigned k;
@@ -242,7 +246,8 @@ static void finish_entry(struct verbs_server *s, uint64_t e)
         return;
     entry_block(s, e, &c, &k);
     uint64_t le = log_word(s, c);
-    if (k > 9 || !log_quarantined(le) || log_log2(le) != k)
+    if (!log_quarantined(le) || log_log2(le) != k ||
+        (k == 9 && log_layer(le) == LAYER_SECTION && !parts))
         return;
     if (cap_backup(atomic_load(&s->wk[WK_HDR / 8 + e])) == 0)
         return; /* the old window is not destroyed yet */
@@ -257,8 +262,9 @@ static void finish_all(struct verbs_server *s)
         return;
     for (uint64_t c = 0; c < s->qnode->g.nchunks; c++) {
         uint64_t le = log_word(s, c);
-        if (log_quarantined(le) && log_log2(le) <= 9 && !(c & ((UINT64_C(1) << log_log2(le)) - 1)))
-            finish_entry(s, wk_entry(s->nchunks, c, log_log2(le)));
+        if (log_quarantined(le) && log_log2(le) <= 40 && !(c & ((UINT64_C(1) << log_log2(le)) - 1)) &&
+            (UINT64_C(1) << log_log2(le)) <= s->qnode->g.nchunks - c)
+            finish_entry(s, wk_entry(s->nchunks, c, log_log2(le)), true);
     }
 }
 
@@ -302,7 +308,7 @@ static uint64_t regen_pass(struct verbs_server *s, uint64_t first, uint64_t end)
         for (size_t i = 0; i < n; i++) {
             if (ops[i].old == vals[i]) {
                 fixed++;
-                finish_entry(s, ents[i]); /* a freed block leaves quarantine */
+                finish_entry(s, ents[i], false); /* a freed block leaves quarantine */
             } else { /* changed meanwhile (cannot happen: nobody else fills
                       * backups); drop the window, the next pass retries */
                 ibv_dealloc_mw(s->mw[ents[i]][slot[i]]);
@@ -353,7 +359,7 @@ static void *regen_main(void *arg)
             bool idle = b == bell; /* the periodic scan */
             if (b != bell && hint && hint <= s->nentries) {
                 regen_pass(s, hint - 1, hint);
-                finish_entry(s, hint - 1); /* its mark may have landed late */
+                finish_entry(s, hint - 1, false); /* its mark may have landed late */
             }
             bell = b;
             last = t;
