@@ -49,6 +49,7 @@ struct heap_compact {
     int uffd;             /* the write fence's userfaultfd, -1: none */
     int pages;            /* merge page by page too (FMEM_COMPACT_PAGES) */
     int pageback;         /* slabs give back pages (FMEM_COMPACT_PAGEBACK) */
+    int repack;           /* small classes repacked page by page (FMEM_COMPACT_REPACK) */
     _Atomic uint32_t flags;
     _Atomic uint32_t interval;
     _Atomic uint64_t budget;
@@ -414,6 +415,8 @@ int compact_init(struct fmem_heap *h, const fmem_compact_policy *policy)
     c->pages = !(e && strcmp(e, "0") == 0);
     e = getenv("FMEM_COMPACT_PAGEBACK"); /* "0": slabs stay one chunk each */
     c->pageback = c->pages && !(e && strcmp(e, "0") == 0);
+    e = getenv("FMEM_COMPACT_REPACK"); /* "0": small classes as the larger ones */
+    c->repack = c->pageback && !(e && strcmp(e, "0") == 0);
     h->compact = c;
     struct span probe; /* can this pool's chunks be mapped twice? */
     if ((rc = compact_slot_get(h, &probe)) == 0) {
@@ -1191,6 +1194,137 @@ static int try_pages(struct theap *th, struct overflow *ov, size_t i, size_t fro
     return rc;
 }
 
+/* ---- repacking small objects page by page ------------------------------
+ * In the classes of small objects that divide 4 KiB (16-128 B) whole
+ * slabs almost never fit each other, and page merges onto the slabs kept
+ * by first fit decreasing leave those slabs' own sparse pages where they
+ * are (a slab hosting pages never moves). Here first fit decreasing runs
+ * over the pages instead: every live page of the class's slabs that may
+ * move, fullest first, goes onto the kept page (best fit: the one with
+ * the most live objects) whose live objects it does not meet, or is kept
+ * itself; each kept page then gets a 4 KiB block on a new slab of blocks,
+ * and every slab is merged page by page onto those (page_merge: its
+ * objects keep their offsets within the page). Any page may take any
+ * page here (the size divides 4 KiB: objects lie at the same offsets in
+ * every page, none straddles two). */
+#define REPACK_MAX 128
+#define RP_WORDS (HEAP_PAGE / 16 / 64) /* 256 objects of 16 B a page */
+
+struct rpage {
+    uint32_t i;  /* candidate */
+    uint8_t p;   /* its page */
+    uint16_t n;  /* live objects there */
+    uint32_t to; /* the kept page it goes to */
+};
+
+static int rpage_cmp(const void *x, const void *y)
+{
+    const struct rpage *a = x, *b = y;
+    if (a->n != b->n)
+        return a->n < b->n ? 1 : -1;
+    return a->i != b->i ? (a->i > b->i) - (a->i < b->i) : (a->p > b->p) - (a->p < b->p);
+}
+
+/* Repack the candidates c[0..ov->k) (all of one class whose size divides
+ * 4 KiB); the pool bytes given back. Slabs that host pages or carry
+ * whole-slab aliases stay as they are; nothing happens unless the pages
+ * kept are at most 3/4 of the live pages. */
+static int64_t repack(struct theap *th, struct overflow *ov, uint64_t *left)
+{
+    struct cand *c = ov->c;
+    size_t k = ov->k;
+    uint32_t obj = heap_class_size[ov->cls], per = (uint32_t)(HEAP_PAGE / obj);
+    struct rpage *rp = malloc(k * NPAGES * sizeof *rp);
+    uint64_t *kb = calloc(k * NPAGES * RP_WORDS, sizeof *kb);
+    uint16_t *kn = calloc(k * NPAGES, sizeof *kn);
+    int64_t got = 0;
+    uint8_t *tried = calloc(k, 1);
+    if (!rp || !kb || !kn || !tried)
+        goto out;
+    size_t n = 0;
+    uint64_t cost = 0;
+    for (size_t i = 0; i < k; i++) {
+        struct slab *s = c[i].s;
+        uint64_t ci = (uint64_t)s->used * obj;
+        if (c[i].dead || s->hosting || s->merged || cost + ci > *left)
+            continue;
+        cost += ci;
+        for (unsigned p = 0; p < NPAGES; p++) {
+            unsigned m = range_count(c[i].live, p * per, (p + 1) * per);
+            if (m)
+                rp[n++] = (struct rpage){.i = (uint32_t)i, .p = (uint8_t)p, .n = (uint16_t)m};
+        }
+    }
+    qsort(rp, n, sizeof *rp, rpage_cmp);
+    size_t kept = 0;
+    for (size_t r = 0; r < n; r++) {
+        uint64_t b[RP_WORDS] = {0};
+        for (uint32_t x = 0, w = 0; x < per; x += 64, w++)
+            b[w] = bits_get(c[rp[r].i].live, rp[r].p * per + x, per - x < 64 ? per - x : 64);
+        size_t best = kept;
+        for (size_t t = 0; t < kept; t++) {
+            const uint64_t *tb = kb + t * RP_WORDS;
+            if ((tb[0] & b[0]) | (tb[1] & b[1]) | (tb[2] & b[2]) | (tb[3] & b[3]))
+                continue;
+            if (best == kept || kn[t] > kn[best])
+                best = t;
+        }
+        if (best == kept)
+            kept++;
+        for (unsigned w = 0; w < RP_WORDS; w++)
+            kb[best * RP_WORDS + w] |= b[w];
+        kn[best] = (uint16_t)(kn[best] + rp[r].n);
+        rp[r].to = (uint32_t)best;
+    }
+    size_t slabs = (kept + NPAGES - 1) / NPAGES, first = ov->k;
+    if (n == 0 || 4 * kept > 3 * n || ov->k + slabs > ov->max)
+        goto out;
+    for (size_t x = 0; x < slabs; x++) {
+        struct slab *o = overflow_new(th, ov->cls);
+        if (!o)
+            goto out; /* the slabs made so far hold no page: dropped later */
+        c[ov->k] = (struct cand){.s = o, .live = ov->bits + ov->k * ov->words};
+        ov->open = ov->k++;
+    }
+    /* each slab onto the kept pages, in the order of its first page */
+    for (size_t r = 0; r < n; r++) {
+        struct cand *v = &c[rp[r].i];
+        if (v->dead || tried[rp[r].i])
+            continue;
+        tried[rp[r].i] = 1;
+        struct cand *host[NPAGES] = {0};
+        uint8_t at[NPAGES] = {0};
+        for (size_t q = 0; q < n; q++)
+            if (&c[rp[q].i] == v) {
+                host[rp[q].p] = &c[first + rp[q].to / NPAGES];
+                at[rp[q].p] = (uint8_t)(rp[q].to % NPAGES);
+            }
+        uint64_t ci = (uint64_t)v->s->used * obj;
+        if (ci > *left)
+            continue;
+        const struct slab_pages *pb = v->s->span.pb;
+        int64_t mem = pb ? (int64_t)__builtin_popcount(pb->backed) * (int64_t)HEAP_PAGE
+                         : (int64_t)SLAB_SIZE;
+        for (unsigned p = 0; p < NPAGES; p++) { /* a block for each kept page new here */
+            int seen = 0;
+            for (unsigned q = 0; q < p && !seen; q++)
+                seen = host[q] == host[p] && at[q] == at[p];
+            if (host[p] && !seen && !(host[p]->s->span.pb->backed >> at[p] & 1))
+                mem -= (int64_t)HEAP_PAGE;
+        }
+        if (page_merge(th, v, host, at) == 0) {
+            *left -= ci;
+            got += mem;
+        }
+    }
+out:
+    free(tried);
+    free(rp);
+    free(kb);
+    free(kn);
+    return got;
+}
+
 /* Compact one class of th; *left: bytes that may still be copied. */
 static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
 {
@@ -1238,10 +1372,13 @@ static int64_t compact_class(struct theap *th, unsigned cls, uint64_t *left)
      * a few to a page, where it leaves as few bytes (within 1 %). */
     int early = h->compact->pageback && heap_class_size[cls] <= 512;
     int late = h->compact->pageback && !early;
+    uint32_t size = heap_class_size[cls];
+    if (h->compact->repack && size <= REPACK_MAX && HEAP_PAGE % size == 0)
+        got += repack(th, &ov, left);
     for (size_t i = k; i-- > 0;) {
         struct cand *v = &c[i];
         uint64_t cost = (uint64_t)v->s->used * v->s->obj_size;
-        if (cost > *left || v->s->hosting) /* page survivors stay */
+        if (v->dead || cost > *left || v->s->hosting) /* page survivors stay */
             continue;
         size_t j = i;
         if (!v->s->span.pb) /* whole merges: of slabs backed by one chunk */
