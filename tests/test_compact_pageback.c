@@ -570,3 +570,69 @@ Test(pageback, fork_child_writes_to_repacked_pages_stay_its_own)
             }
     fmem_heap_destroy(h);
 }
+
+/* 48 B objects (some straddle pages; a page's objects lie at the same
+ * offsets only in pages 3 apart): after a repack every object keeps its
+ * content, each alias page maps a page 3k apart, and the two pages under
+ * a live straddling object map two consecutive pages of one slab. */
+Test(pageback, straddling_objects_are_repacked_with_their_pages)
+{
+    enum { N = 12000, SZ = 48 };
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static void *o[N];
+    rng = 0x5151ull;
+    for (size_t i = 0; i < N; i++) {
+        o[i] = fmem_heap_malloc(h, SZ);
+        cr_assert_not_null(o[i]);
+        fill(o[i], SZ, i);
+    }
+    for (size_t i = 0; i < N; i++)
+        if (xs() % 100 < 85) {
+            cr_assert_eq(fmem_heap_free(h, o[i]), 0);
+            o[i] = NULL;
+        }
+    fmem_heap_stats_t st0, st1;
+    fmem_heap_stats(h, &st0);
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    fmem_heap_stats(h, &st1);
+    cr_assert_lt(st1.remote_bytes, st0.remote_bytes / 4 * 3, "%llu of %llu bytes held",
+                 (unsigned long long)st1.remote_bytes, (unsigned long long)st0.remote_bytes);
+    size_t straddling = 0, aliased = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (!o[i])
+            continue;
+        cr_assert(same(o[i], SZ, i), "object %zu", i);
+        cr_assert_eq(fmem_heap_usable_size(h, o[i]), SZ);
+        struct slab *s = pagemap_get(&h->map, o[i]);
+        cr_assert_not_null(s);
+        if (s->kind != SLAB_ALIAS || !s->paged)
+            continue;
+        aliased++;
+        size_t off = (size_t)((char *)o[i] - SLAB_OF(o[i])), p = off / 4096;
+        cr_assert_not_null(s->page_into[p]);
+        cr_assert_eq(((int)s->page_at[p] - (int)p) % 3, 0, "page %zu onto %u", p, s->page_at[p]);
+        if ((off + SZ - 1) / 4096 != p) {
+            straddling++;
+            cr_assert_eq(s->page_into[p + 1], s->page_into[p]);
+            cr_assert_eq(s->page_at[p + 1], s->page_at[p] + 1);
+        }
+    }
+    cr_assert_gt(aliased, 0);
+    cr_assert_gt(straddling, 0, "no live object across two pages was moved");
+    for (size_t i = 0; i < N; i++)
+        if (o[i]) {
+            fill(o[i], SZ, i + 7);
+            cr_assert(same(o[i], SZ, i + 7));
+            cr_assert_eq(fmem_heap_free(h, o[i]), 0);
+        }
+    fmem_heap_collect(h);
+    fmem_heap_stats_t st;
+    fmem_heap_stats(h, &st);
+    cr_assert_eq(st.remote_bytes, 0);
+    cr_assert_eq(st.bad_frees + st.double_frees, 0);
+    fmem_heap_destroy(h);
+    fmem_stats_t ps;
+    fmem_stats(pool, &ps);
+    cr_assert_eq(ps.allocated_bytes, 0, "every block went back");
+}
