@@ -1227,6 +1227,12 @@ static int rgroup_cmp(const void *x, const void *y)
     return a->i != b->i ? (a->i > b->i) - (a->i < b->i) : (a->p > b->p) - (a->p < b->p);
 }
 
+static int rgroup_by_slab(const void *x, const void *y)
+{
+    const struct rgroup *a = x, *b = y;
+    return a->i != b->i ? (a->i > b->i) - (a->i < b->i) : (a->p > b->p) - (a->p < b->p);
+}
+
 static void shifted_or(uint64_t *to, const uint64_t *from, uint32_t lo, uint32_t hi, int32_t d)
 {
     for (uint32_t x = lo; x < hi; x++)
@@ -1249,9 +1255,8 @@ static int64_t repack(struct theap *th, struct overflow *ov, uint64_t *left)
     struct rgroup *g = malloc(k * NPAGES * sizeof *g);
     uint64_t *pl = calloc(maxos * ov->words, sizeof *pl); /* planned live objects */
     uint16_t *busy = calloc(maxos, sizeof *busy);           /* planned pages */
-    uint8_t *tried = calloc(k, 1);
     int64_t got = 0;
-    if (!g || !pl || !busy || !tried)
+    if (!g || !pl || !busy)
         goto out;
     size_t n = 0, nos = 0, pages = 0;
     uint64_t cost = 0;
@@ -1334,20 +1339,17 @@ static int64_t repack(struct theap *th, struct overflow *ov, uint64_t *left)
         c[ov->k] = (struct cand){.s = o, .live = ov->bits + ov->k * ov->words};
         ov->open = ov->k++;
     }
-    /* each slab onto the kept pages, in the order of its first group */
-    for (size_t r = 0; r < n; r++) {
+    /* each slab onto the kept pages: its groups are together now */
+    qsort(g, n, sizeof *g, rgroup_by_slab);
+    for (size_t r = 0, e; r < n; r = e) {
         struct cand *v = &c[g[r].i];
-        if (v->dead || tried[g[r].i])
-            continue;
-        tried[g[r].i] = 1;
         struct cand *host[NPAGES] = {0};
         uint8_t at[NPAGES] = {0};
-        for (size_t x = r; x < n; x++)
-            if (g[x].i == g[r].i)
-                for (unsigned pg = g[x].p; pg <= g[x].q; pg++) {
-                    host[pg] = &c[first + g[x].os];
-                    at[pg] = (uint8_t)(g[x].at + (pg - g[x].p));
-                }
+        for (e = r; e < n && g[e].i == g[r].i; e++)
+            for (unsigned pg = g[e].p; pg <= g[e].q; pg++) {
+                host[pg] = &c[first + g[e].os];
+                at[pg] = (uint8_t)(g[e].at + (pg - g[e].p));
+            }
         uint64_t ci = (uint64_t)v->s->used * size;
         if (ci > *left)
             continue;
@@ -1370,7 +1372,6 @@ out:
     free(g);
     free(pl);
     free(busy);
-    free(tried);
     return got;
 }
 
