@@ -378,3 +378,261 @@ Test(pageback, fork_child_writes_do_not_reach_the_parent)
         }
     fmem_heap_destroy(h);
 }
+
+/* ---- small classes repacked page by page ---------------------------------- */
+
+#define SOBJ 64
+#define SCAP (FMEM_HEAP_SLAB_SIZE / SOBJ) /* 64 a page */
+
+/* Two slabs of 64 B objects. A keeps, on page p, the 8 objects of stripe
+ * p % 8 (objects 8s..8s+7 of the page); B keeps 7 of the same stripe on
+ * each page. A and B overlap as wholes (page p of each holds stripe p % 8),
+ * so no whole merge; placing B's pages onto A's pages leaves A's 16 pages.
+ * Page by page, A's pages fill 2 pages (8 stripes each), B's 2 more. */
+struct stripes {
+    void *o[2][SCAP];
+    char *base[2];
+};
+
+static int stripe_keeps(int r, size_t i)
+{
+    size_t p = i / 64, in = i % 64, s = p % 8;
+    return in >= 8 * s && in < 8 * s + (r == 0 ? 8 : 7);
+}
+
+static void make_stripes(fmem_heap *h, struct stripes *t)
+{
+    memset(t, 0, sizeof *t);
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < SCAP; i++) {
+            void *p = fmem_heap_malloc(h, SOBJ);
+            cr_assert_not_null(p);
+            if (i == 0)
+                t->base[r] = SLAB_OF(p);
+            cr_assert_eq(SLAB_OF(p), t->base[r], "a fresh slab per 1024 objects");
+            size_t idx = (size_t)((char *)p - t->base[r]) / SOBJ;
+            t->o[r][idx] = p;
+            fill(p, SOBJ, (uint64_t)r * 5000 + idx);
+        }
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < SCAP; i++)
+            if (!stripe_keeps(r, i)) {
+                cr_assert_eq(fmem_heap_free(h, t->o[r][i]), 0);
+                t->o[r][i] = NULL;
+            }
+}
+
+Test(pageback, small_objects_are_repacked_page_by_page)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static struct stripes t;
+    make_stripes(h, &t);
+    fmem_heap_stats_t st0, st1;
+    fmem_heap_stats(h, &st0);
+    cr_assert_eq(st0.remote_bytes, 2 * FMEM_HEAP_SLAB_SIZE);
+    int64_t got = fmem_heap_compact(h, 0);
+    fmem_heap_stats(h, &st1);
+    cr_assert_eq(st1.remote_bytes, 4 * 4096, "%llu bytes held, not 4 pages",
+                 (unsigned long long)st1.remote_bytes);
+    cr_assert_eq((uint64_t)got, st0.remote_bytes - st1.remote_bytes);
+    cr_assert_eq(st1.compact_bytes, (uint64_t)got);
+    cr_assert_eq(atomic_load(&h->st.page_merges), 2, "both slabs merged page by page");
+    for (int r = 0; r < 2; r++) {
+        struct slab *s = pagemap_get(&h->map, t.base[r]);
+        cr_assert_not_null(s);
+        cr_assert_eq(s->kind, SLAB_ALIAS);
+        cr_assert(s->paged);
+        for (size_t i = 0; i < SCAP; i++)
+            if (t.o[r][i]) {
+                cr_assert(same(t.o[r][i], SOBJ, (uint64_t)r * 5000 + i), "object %d/%zu", r, i);
+                cr_assert_eq(fmem_heap_usable_size(h, t.o[r][i]), SOBJ);
+            }
+    }
+    /* writes through one address are seen through the other: A's page 0
+     * and page 1 share one page now, as do B's pages 0 and 1 */
+    struct slab *a = pagemap_get(&h->map, t.base[0]);
+    cr_assert_eq(a->page_into[0], a->page_into[1]);
+    cr_assert_eq(a->page_at[0], a->page_at[1]);
+    char *other = t.base[0] + 4096; /* A's page 1 shows A's stripe 0 too */
+    cr_assert(same(other, SOBJ, 0), "stripe 0 of A through page 1");
+    memset(t.o[0][3], 0x5A, SOBJ);
+    cr_assert_eq(((unsigned char *)other)[3 * SOBJ], 0x5A);
+    fill(t.o[0][3], SOBJ, 3);
+    /* frees and double frees through the alias addresses */
+    cr_assert_eq(fmem_heap_free(h, t.o[1][64 + 8]), 0);
+    cr_assert_eq(fmem_heap_free(h, t.o[1][64 + 8]), FMEM_EDOUBLEFREE);
+    t.o[1][64 + 8] = NULL;
+    cr_assert_eq(fmem_heap_free(h, other + 3 * SOBJ), 0); /* A's object 3, by page 1 */
+    cr_assert_eq(fmem_heap_free(h, t.o[0][3]), FMEM_EDOUBLEFREE);
+    t.o[0][3] = NULL;
+    /* new objects land in the repacked pages' free slots, writable */
+    void *fresh[200];
+    for (int i = 0; i < 200; i++) {
+        fresh[i] = fmem_heap_malloc(h, SOBJ);
+        cr_assert_not_null(fresh[i]);
+        fill(fresh[i], SOBJ, 90000 + (uint64_t)i);
+    }
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < SCAP; i++)
+            if (t.o[r][i])
+                cr_assert(same(t.o[r][i], SOBJ, (uint64_t)r * 5000 + i), "object %d/%zu", r, i);
+    for (int i = 0; i < 200; i++) {
+        cr_assert(same(fresh[i], SOBJ, 90000 + (uint64_t)i));
+        cr_assert_eq(fmem_heap_free(h, fresh[i]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < SCAP; i++)
+            if (t.o[r][i])
+                cr_assert_eq(fmem_heap_free(h, t.o[r][i]), 0);
+    fmem_heap_collect(h);
+    fmem_heap_stats_t st;
+    fmem_heap_stats(h, &st);
+    cr_assert_eq(st.remote_bytes, 0, "%llu bytes left", (unsigned long long)st.remote_bytes);
+    fmem_heap_destroy(h);
+    fmem_stats_t ps;
+    fmem_stats(pool, &ps);
+    cr_assert_eq(ps.allocated_bytes, 0, "every block went back");
+}
+
+/* Pool bytes held after compaction of the fragmented heap, with or
+ * without repacking of the small classes. */
+static uint64_t footprint_repack(int repack, uint64_t seed)
+{
+    if (!repack)
+        setenv("FMEM_COMPACT_REPACK", "0", 1);
+    uint64_t held = footprint(1, seed);
+    unsetenv("FMEM_COMPACT_REPACK");
+    return held;
+}
+
+Test(pageback, repacking_keeps_shadow_copies_and_holds_fewer_bytes)
+{
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        uint64_t with = footprint_repack(1, seed * 0x2545F4914F6CDD1Dull);
+        uint64_t without = footprint_repack(0, seed * 0x2545F4914F6CDD1Dull);
+        cr_assert_lt(with, without, "seed %llu: %llu bytes repacked, %llu without",
+                     (unsigned long long)seed, (unsigned long long)with,
+                     (unsigned long long)without);
+    }
+}
+
+static void fill_stripes(fmem_heap *h)
+{
+    static struct stripes t; /* the first hooks reached are the repack's */
+    make_stripes(h, &t);
+}
+
+Test(pageback, crash_during_a_repack_loses_no_chunk)
+{
+    for (int step = 1; step <= 3; step++)
+        for (int skip = 0; skip <= 1; skip++)
+            crash_at(step, skip, fill_stripes);
+}
+
+Test(pageback, fork_child_writes_to_repacked_pages_stay_its_own)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static struct stripes t;
+    make_stripes(h, &t);
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    cr_assert_eq(((struct slab *)pagemap_get(&h->map, t.base[1]))->kind, SLAB_ALIAS);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int bad = 0;
+        for (int r = 0; r < 2; r++)
+            for (size_t i = 0; i < SCAP; i++)
+                if (t.o[r][i]) {
+                    bad |= !same(t.o[r][i], SOBJ, (uint64_t)r * 5000 + i);
+                    memset(t.o[r][i], 0xEE, SOBJ);
+                    if (i % 3 == 0)
+                        bad |= fmem_heap_free(h, t.o[r][i]) != 0;
+                }
+        for (int i = 0; i < 100; i++) {
+            void *p = fmem_heap_malloc(h, SOBJ);
+            bad |= p == NULL;
+            if (p)
+                memset(p, 0xDD, SOBJ);
+        }
+        _exit(bad ? 1 : 0);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < SCAP; i++)
+            if (t.o[r][i]) {
+                cr_assert(same(t.o[r][i], SOBJ, (uint64_t)r * 5000 + i),
+                          "the child's write reached the parent (%d/%zu)", r, i);
+                cr_assert_eq(fmem_heap_free(h, t.o[r][i]), 0);
+            }
+    fmem_heap_destroy(h);
+}
+
+/* 48 B objects (some straddle pages; a page's objects lie at the same
+ * offsets only in pages 3 apart): after a repack every object keeps its
+ * content, each alias page maps a page 3k apart, and the two pages under
+ * a live straddling object map two consecutive pages of one slab. */
+Test(pageback, straddling_objects_are_repacked_with_their_pages)
+{
+    enum { N = 12000, SZ = 48 };
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    static void *o[N];
+    rng = 0x5151ull;
+    for (size_t i = 0; i < N; i++) {
+        o[i] = fmem_heap_malloc(h, SZ);
+        cr_assert_not_null(o[i]);
+        fill(o[i], SZ, i);
+    }
+    for (size_t i = 0; i < N; i++)
+        if (xs() % 100 < 85) {
+            cr_assert_eq(fmem_heap_free(h, o[i]), 0);
+            o[i] = NULL;
+        }
+    fmem_heap_stats_t st0, st1;
+    fmem_heap_stats(h, &st0);
+    cr_assert_gt(fmem_heap_compact(h, 0), 0);
+    fmem_heap_stats(h, &st1);
+    cr_assert_lt(st1.remote_bytes, st0.remote_bytes / 4 * 3, "%llu of %llu bytes held",
+                 (unsigned long long)st1.remote_bytes, (unsigned long long)st0.remote_bytes);
+    size_t straddling = 0, aliased = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (!o[i])
+            continue;
+        cr_assert(same(o[i], SZ, i), "object %zu", i);
+        cr_assert_eq(fmem_heap_usable_size(h, o[i]), SZ);
+        struct slab *s = pagemap_get(&h->map, o[i]);
+        cr_assert_not_null(s);
+        if (s->kind != SLAB_ALIAS || !s->paged)
+            continue;
+        aliased++;
+        size_t off = (size_t)((char *)o[i] - SLAB_OF(o[i])), p = off / 4096;
+        cr_assert_not_null(s->page_into[p]);
+        cr_assert_eq(((int)s->page_at[p] - (int)p) % 3, 0, "page %zu onto %u", p, s->page_at[p]);
+        if ((off + SZ - 1) / 4096 != p) {
+            straddling++;
+            cr_assert_eq(s->page_into[p + 1], s->page_into[p]);
+            cr_assert_eq(s->page_at[p + 1], s->page_at[p] + 1);
+        }
+    }
+    cr_assert_gt(aliased, 0);
+    cr_assert_gt(straddling, 0, "no live object across two pages was moved");
+    for (size_t i = 0; i < N; i++)
+        if (o[i]) {
+            fill(o[i], SZ, i + 7);
+            cr_assert(same(o[i], SZ, i + 7));
+            cr_assert_eq(fmem_heap_free(h, o[i]), 0);
+        }
+    fmem_heap_collect(h);
+    fmem_heap_stats_t st;
+    fmem_heap_stats(h, &st);
+    cr_assert_eq(st.remote_bytes, 0);
+    cr_assert_eq(st.bad_frees + st.double_frees, 0);
+    fmem_heap_destroy(h);
+    fmem_stats_t ps;
+    fmem_stats(pool, &ps);
+    cr_assert_eq(ps.allocated_bytes, 0, "every block went back");
+}
