@@ -70,8 +70,8 @@ Test(policy_streams, one_continuation_reads_nothing_ahead)
     cr_assert_eq(ahead, 0, "%u units read ahead for random faults", ahead);
 }
 
-/* A new stream reads ahead from its second continuation and reaches the
- * full depth within five faults. */
+/* A new stream of single-unit faults reads ahead from its second
+ * continuation and reaches the full depth within five faults. */
 Test(policy_streams, new_stream_reaches_full_depth_within_five_faults)
 {
     unsigned w, windows[5];
@@ -88,9 +88,10 @@ Test(policy_streams, new_stream_reaches_full_depth_within_five_faults)
 }
 
 /* Read-ahead evicted before the scan reached it (a fault inside the last
- * window) halves the stream's depth; the next fault goes on at that depth
- * at once, and once the scan uses a whole window at that depth the depth
- * doubles back: the stream is at its full depth again two windows later
+ * window) halves the stream's depth and makes it a candidate again; once
+ * two faults on the next units confirm it, it goes on at that depth at
+ * once, and once the scan uses a whole window at that depth the depth
+ * doubles back: the stream is at its full depth again on the window after
  * instead of staying at half of it for the rest of the scan. */
 Test(policy_streams, lost_readahead_resumes_and_depth_recovers)
 {
@@ -102,7 +103,8 @@ Test(policy_streams, lost_readahead_resumes_and_depth_recovers)
     /* the scan finds unit u - DEPTH / 2 of its last window gone */
     uint32_t lost_at = u - DEPTH / 2;
     cr_assert_eq(fault(lost_at), 0, "one fault in a stream's range is no proof of it");
-    u = scan_step(lost_at + 1, &w);
+    cr_assert_eq(fault(lost_at + 1), 0, "nor are two");
+    u = scan_step(lost_at + 2, &w);
     cr_assert_eq(w, DEPTH / 2, "resumes at half the depth, window %u", w);
     unsigned later[3];
     for (int i = 0; i < 3; i++) {

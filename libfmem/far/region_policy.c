@@ -391,25 +391,27 @@ static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
 }
 
 /* Which stream fault u continues. A fault at a stream's `next` (the end
- * of what it brought in) continues it. The first continuation of a
- * candidate reads nothing ahead (a random fault lands on some candidate's
- * next unit now and then, and each such window is mapped while the next
- * random fault waits); from the second on the window is 8 units and
- * doubles per continuation, up to the stream's depth. A continuation
- * right after a window of the stream's whole depth means the program used
- * all of it: the depth doubles, back up to the region's full depth. A
- * fault between its last fault and `next` means units it read ahead were
- * gone before the program reached them (evicted unused, or dropped for
- * another stream's window): the stream's depth halves, and a fault at
- * u + 1 resumes it at that depth at once (one fault inside a stream's
- * range may be a random one; before, a loss started the stream over at
- * 4 units and its depth never grew back, so a scan that lost read-ahead
- * a few times went on 2 units at a time). Returns 1 when u continued a
- * stream. A fault that continues none starts a candidate stream in the
- * slot least worth keeping: a candidate (run 0) before an established
- * stream, and an established one only once it has been idle STREAM_KEEP
- * faults, so random faults between a stream's faults do not push it out
- * (a candidate still needs its second fault within 8 other faults). */
+ * of what it brought in) continues it. A candidate needs two
+ * continuations before it reads ahead (a random fault lands on some
+ * candidate's next unit now and then, and each such window is mapped
+ * while the next random fault waits), or one that went past more than
+ * the previous fault's own unit (a fresh run, a window); its first window
+ * is 8 units and doubles per continuation, up to the stream's depth. A
+ * continuation right after a window of the stream's whole depth means the
+ * program used all of it: the depth doubles, back up to the region's
+ * full depth. A fault between its last fault and `next` means units it
+ * read ahead were gone before the program reached them (evicted unused,
+ * or dropped for another stream's window): the stream's depth halves and
+ * it starts over as a candidate (one fault inside a stream's range may be
+ * a random one), and once confirmed it resumes at that depth at once
+ * (before, a loss restarted it at 4 units and its depth never grew back,
+ * so a scan that lost read-ahead a few times went on 2 units at a time).
+ * Returns 1 when u continued a stream. A fault that continues none starts
+ * a candidate stream in the slot least worth keeping: a candidate (run 0)
+ * before an established stream, and an established one only once it has
+ * been idle STREAM_KEEP faults, so random faults between a stream's
+ * faults do not push it out (a candidate still needs its next fault
+ * within 8 other faults). */
 static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t u)
 {
     uint64_t now = ++p->nfaults;
@@ -418,6 +420,9 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         struct stream *s = &p->streams[i];
         if (!s->used || u <= s->last || u > s->next)
             continue;
+        /* the previous fault brought in more than its own unit (a fresh
+         * run, a window) and the program went past them: a scan */
+        int passed = s->next - s->last > 1;
         p->cur = i;
         s->used = now;
         s->last = u;
@@ -425,6 +430,8 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
             return 1; /* it caught up with its window, still being mapped */
         if (u == s->next) {
             s->run += s->run < 31;
+            if (passed && s->run < STREAM_CONFIRM)
+                s->run = STREAM_CONFIRM;
             if (s->window >= s->depth && s->depth < p->depth_max)
                 s->depth = s->depth * 2 < p->depth_max ? s->depth * 2 : p->depth_max;
             unsigned w = s->run < STREAM_CONFIRM             ? 0
@@ -439,10 +446,10 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         s->next = u + 1;
         s->window = 0;
         p->lost++;
-        /* a random fault may land in a stream's range too: one more
-         * fault at u + 1 confirms it, and then it resumes at its depth */
+        /* a random fault may land in a stream's range too: it starts over
+         * as a candidate, and once confirmed resumes at its depth */
         s->resume = s->run >= STREAM_CONFIRM;
-        s->run = s->resume ? STREAM_CONFIRM - 1 : 0;
+        s->run = 0;
         return 0;
     }
     int victim = 0;
