@@ -11,11 +11,12 @@
  *     and their mean distance in faults (a unit evicted and wanted again
  *     soon: the cache is too small for what read-ahead brings in),
  * and picks, for each parameter not fixed explicitly:
- *   - read-ahead depth: the full depth (a quarter of the cache) when at
- *     least half of the faults are sequential; an eighth of it when at
- *     least one in eight is; none below that. (The re-fault figures are
- *     measured and reported but not used: in a random gather over a small
- *     cache most faults re-fault whatever the read-ahead does.)
+ *   - read-ahead per stream (stream_note): up to NSTREAMS sequential
+ *     streams are followed, each with its own window and depth (at most
+ *     a quarter of the cache); a fault that continues no stream reads
+ *     nothing ahead. (The re-fault figures are measured and reported but
+ *     not used: in a random gather over a small cache most faults
+ *     re-fault whatever the read-ahead does.)
  *   - I/O width: two transfers per path (four on a single path) when
  *     there is read-ahead to keep the paths busy with, one per path
  *     otherwise (demand faults come one unit at a time; the width then
@@ -60,8 +61,13 @@ struct stream {
     uint32_t last, next;
     unsigned run;  /* demand faults that continued it in a row */
     unsigned depth; /* most units it reads ahead at once */
+    unsigned window; /* units its last window read ahead */
+    int resume;      /* it lost read-ahead: its next window is its depth */
     uint64_t used; /* fault number when it last continued (or began) */
 };
+/* continuations before a stream reads ahead: a random fault lands on a
+ * candidate's next unit now and then, two in a row hardly ever */
+#define STREAM_CONFIRM 2
 #define NSTREAMS 8
 #define STREAM_KEEP 1024 /* faults an established stream is kept while idle */
 
@@ -385,16 +391,27 @@ static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
 }
 
 /* Which stream fault u continues. A fault at a stream's `next` (the end
- * of what it brought in) continues it: its window doubles, up to the
- * stream's own depth. A fault between its last fault and `next` means
- * units it read ahead were gone before the program reached them (evicted
- * unused, or dropped for another stream's window): the stream's depth
- * halves, and it starts over from u without read-ahead. Returns 1 when u
- * continued a stream. A fault that continues none starts a candidate
- * stream in the slot least worth keeping: a candidate (run 0) before an
- * established stream, and an established one only once it has been idle
- * STREAM_KEEP faults, so random faults between a stream's faults do not
- * push it out. */
+ * of what it brought in) continues it. A candidate needs two
+ * continuations before it reads ahead (a random fault lands on some
+ * candidate's next unit now and then, and each such window is mapped
+ * while the next random fault waits), or one that went past more than
+ * the previous fault's own unit (a fresh run, a window); its first window
+ * is 8 units and doubles per continuation, up to the stream's depth. A
+ * continuation right after a window of the stream's whole depth means the
+ * program used all of it: the depth doubles, back up to the region's
+ * full depth. A fault between its last fault and `next` means units it
+ * read ahead were gone before the program reached them (evicted unused,
+ * or dropped for another stream's window): the stream's depth halves and
+ * it starts over as a candidate (one fault inside a stream's range may be
+ * a random one), and once confirmed it resumes at that depth at once
+ * (before, a loss restarted it at 4 units and its depth never grew back,
+ * so a scan that lost read-ahead a few times went on 2 units at a time).
+ * Returns 1 when u continued a stream. A fault that continues none starts
+ * a candidate stream in the slot least worth keeping: a candidate (run 0)
+ * before an established stream, and an established one only once it has
+ * been idle STREAM_KEEP faults, so random faults between a stream's
+ * faults do not push it out (a candidate still needs its next fault
+ * within 8 other faults). */
 static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t u)
 {
     uint64_t now = ++p->nfaults;
@@ -403,6 +420,9 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         struct stream *s = &p->streams[i];
         if (!s->used || u <= s->last || u > s->next)
             continue;
+        /* the previous fault brought in more than its own unit (a fresh
+         * run, a window) and the program went past them: a scan */
+        int passed = s->next - s->last > 1;
         p->cur = i;
         s->used = now;
         s->last = u;
@@ -410,15 +430,26 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
             return 1; /* it caught up with its window, still being mapped */
         if (u == s->next) {
             s->run += s->run < 31;
-            unsigned w = s->run >= 16 ? s->depth : 2u << s->run;
-            p->window = w < s->depth ? w : s->depth;
+            if (passed && s->run < STREAM_CONFIRM)
+                s->run = STREAM_CONFIRM;
+            if (s->window >= s->depth && s->depth < p->depth_max)
+                s->depth = s->depth * 2 < p->depth_max ? s->depth * 2 : p->depth_max;
+            unsigned w = s->run < STREAM_CONFIRM             ? 0
+                         : s->run >= 16 || s->resume ? s->depth
+                                                     : 2u << s->run;
+            s->resume = 0;
+            s->window = p->window = w < s->depth ? w : s->depth;
             s->next = u + 1;
             return 1;
         }
         s->depth = s->depth > 1 ? s->depth / 2 : 1;
-        s->run = 0;
         s->next = u + 1;
+        s->window = 0;
         p->lost++;
+        /* a random fault may land in a stream's range too: it starts over
+         * as a candidate, and once confirmed resumes at its depth */
+        s->resume = s->run >= STREAM_CONFIRM;
+        s->run = 0;
         return 0;
     }
     int victim = 0;
