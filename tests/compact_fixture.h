@@ -3,7 +3,9 @@
  * inside fmem_heap_compact: a child process fills a compactable heap
  * (populate), its compaction is killed at one step (heap_compact_hook),
  * and the parent checks that recovery gives every chunk back and the
- * verifier is clean.
+ * verifier is clean. Also each test file's pool (compact_pool_open in its
+ * suite's init, pool_down as its fini) and its xorshift generator (xs),
+ * seeded with COMPACT_RNG_SEED, which the file defines before including.
  * Include after criterion, fmem.h, fmem_admin.h, fmem_far.h and
  * heap_compact.h. */
 #ifndef FMEM_TESTS_COMPACT_FIXTURE_H
@@ -15,6 +17,31 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+static char uri[128];
+static fmem_pool *pool;
+
+/* The suite's pool: shm:/fmem-<name>-<pid>, 256 MiB. */
+static void compact_pool_open(const char *name)
+{
+    snprintf(uri, sizeof uri, "shm:/fmem-%s-%d?size=256M", name, getpid());
+    cr_assert_eq(fmem_open(uri, &pool), 0);
+}
+
+static void pool_down(void)
+{
+    fmem_close(pool);
+    fmem_unlink(uri);
+}
+
+static uint64_t rng = COMPACT_RNG_SEED;
+static uint64_t xs(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
 
 static void fill(void *p, size_t n, uint64_t seed)
 {

@@ -21,30 +21,12 @@
 
 #include "heap_compact.h"
 #include "heap_internal.h"
+#define COMPACT_RNG_SEED 88172645463325252ull
 #include "compact_fixture.h"
-
-static char uri[128];
-static fmem_pool *pool;
 
 static void pool_up(void)
 {
-    snprintf(uri, sizeof uri, "shm:/fmem-compact-%d?size=256M", getpid());
-    cr_assert_eq(fmem_open(uri, &pool), 0);
-}
-
-static void pool_down(void)
-{
-    fmem_close(pool);
-    fmem_unlink(uri);
-}
-
-static uint64_t rng = 88172645463325252ull;
-static uint64_t xs(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    compact_pool_open("compact");
 }
 
 static const size_t sizes[] = {16, 48, 64, 112, 256, 640, 1024, 4096};

@@ -23,31 +23,13 @@
 
 #include "heap_compact.h"
 #include "heap_internal.h"
+#define COMPACT_RNG_SEED 0x9E3779B97F4A7C15ull
 #include "compact_fixture.h"
-
-static char uri[128];
-static fmem_pool *pool;
 
 static void pool_up(void)
 {
-    snprintf(uri, sizeof uri, "shm:/fmem-slabpages-pageback-%d?size=256M", getpid());
-    cr_assert_eq(fmem_open(uri, &pool), 0);
+    compact_pool_open("slabpages-pageback");
     unsetenv("FMEM_COMPACT_PAGEBACK");
-}
-
-static void pool_down(void)
-{
-    fmem_close(pool);
-    fmem_unlink(uri);
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t xs(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
 }
 
 #define OBJ 512

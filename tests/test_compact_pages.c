@@ -23,33 +23,15 @@
 
 #include "heap_compact.h"
 #include "heap_internal.h"
+#define COMPACT_RNG_SEED 0x2545F4914F6CDD1Dull
 #include "compact_fixture.h"
-
-static char uri[128];
-static fmem_pool *pool;
 
 static void pool_up(void)
 {
-    snprintf(uri, sizeof uri, "shm:/fmem-pagemerge-%d?size=256M", getpid());
-    cr_assert_eq(fmem_open(uri, &pool), 0);
+    compact_pool_open("pagemerge");
     /* these cases place pages of 64 B slabs onto kept slabs: not the
      * repacking of small classes (test_compact_pageback.c) */
     setenv("FMEM_COMPACT_REPACK", "0", 1);
-}
-
-static void pool_down(void)
-{
-    fmem_close(pool);
-    fmem_unlink(uri);
-}
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t xs(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
 }
 
 #define CAP (FMEM_HEAP_SLAB_SIZE / 64) /* 64 B objects, 64 a page */

@@ -73,10 +73,10 @@ int region_init_sync(struct fmem_region *r)
 {
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* writer's timed waits */
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* region_wait_1ms */
     int rc = pthread_mutex_init(&r->lock, NULL) || pthread_cond_init(&r->writer_cv, &ca) ||
-             pthread_cond_init(&r->done_cv, NULL) || pthread_cond_init(&r->park_cv, NULL) ||
-             pthread_mutex_init(&r->install_mu, NULL) || pthread_cond_init(&r->pf_cv, NULL);
+             pthread_cond_init(&r->done_cv, &ca) || pthread_cond_init(&r->park_cv, NULL) ||
+             pthread_mutex_init(&r->install_mu, NULL) || pthread_cond_init(&r->pf_cv, &ca);
     pthread_condattr_destroy(&ca);
     return rc ? FMEM_ENOMEM : 0;
 }
@@ -335,14 +335,7 @@ static void wait_writer_releases(struct fmem_region *r, size_t offset, size_t le
         const struct region_unit *un = &r->units[u];
         if ((un->state == UNIT_FLUSHING || un->state == UNIT_EVICTING) &&
             (un->flags & UF_RELEASED)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&r->done_cv, &r->lock, &ts);
+            region_wait_1ms(&r->done_cv, &r->lock);
             continue;
         }
         u++;

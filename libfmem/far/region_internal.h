@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "fmem.h"
 #include "fmem_far.h"
@@ -241,6 +242,21 @@ struct fmem_region {
 #define NO_UNIT UINT32_MAX
 
 extern char region_zero_page[]; /* FMEM_REGION_MAX_UNIT zero bytes, never written */
+
+/* Wait on cv (a CLOCK_MONOTONIC one, see region_init_sync) for at most
+ * a millisecond: the polls that must not sleep past a state change nobody
+ * signals. */
+static inline void region_wait_1ms(pthread_cond_t *cv, pthread_mutex_t *mu)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
 
 static inline char *unit_addr(const struct fmem_region *r, uint32_t u)
 {

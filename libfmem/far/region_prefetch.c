@@ -55,18 +55,6 @@ void region_park_prefetcher(struct fmem_region *r)
     r->prefetch_parked = 0;
 }
 
-static void wait_ms(struct fmem_region *r)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&r->pf_cv, &r->lock, &ts);
-}
-
 /* Wait for work (lock held). Returns 0 when told to stop. */
 static int wait_work(struct fmem_region *r)
 {
@@ -92,7 +80,7 @@ static int wait_work(struct fmem_region *r)
         /* no free slot: the writer makes some (slots_freed signals) */
         r->space_wanted = 1;
         region_kick_writer(r);
-        wait_ms(r);
+        region_wait_1ms(&r->pf_cv, &r->lock);
     }
 }
 

@@ -309,14 +309,7 @@ static void evict_batch(struct fmem_region *r)
     unsigned n = cache_pick_victims(r, us, want);
     if (n == 0) { /* everything is busy or pinned: try again shortly */
         slots_freed(r); /* a flush may have freed some meanwhile */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&r->writer_cv, &r->lock, &ts);
+        region_wait_1ms(&r->writer_cv, &r->lock);
         return;
     }
     n = claim_windows(r, us, n, EVICT_MAX);
