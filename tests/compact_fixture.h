@@ -59,6 +59,37 @@ static int same(const void *p, size_t n, uint64_t seed)
     return 1;
 }
 
+#define SLAB_OF(p) ((char *)((uintptr_t)(p) & ~(uintptr_t)(FMEM_HEAP_SLAB_SIZE - 1)))
+
+/* Fill one fresh slab with its cap objects of obj bytes: each goes to o[]
+ * at its index in the slab (o zeroed by the caller) with the byte pattern
+ * seed + index. Returns the slab's base. */
+static inline char *fill_fresh_slab(fmem_heap *h, size_t obj, size_t cap, void **o, uint64_t seed)
+{
+    char *base = NULL;
+    for (size_t i = 0; i < cap; i++) {
+        void *p = fmem_heap_malloc(h, obj);
+        cr_assert_not_null(p);
+        if (i == 0)
+            base = SLAB_OF(p);
+        cr_assert_eq(SLAB_OF(p), base, "a fresh slab per %zu objects", cap);
+        size_t idx = (size_t)((char *)p - base) / obj;
+        cr_assert_null(o[idx]);
+        o[idx] = p;
+        fill(p, obj, seed + idx);
+    }
+    return base;
+}
+
+/* Destroy h; the suite's pool must then hold no block at all. */
+static inline void destroy_heap_pool_empty(fmem_heap *h)
+{
+    fmem_heap_destroy(h);
+    fmem_stats_t ps;
+    fmem_stats(pool, &ps);
+    cr_assert_eq(ps.allocated_bytes, 0, "every chunk and block went back to the pool");
+}
+
 static int crash_step, crash_skip; /* killed at the (crash_skip+1)-th hook of that step */
 static void crash_hook(int step)
 {

@@ -34,7 +34,6 @@ static void pool_up(void)
 
 #define OBJ 512
 #define CAP (FMEM_HEAP_SLAB_SIZE / OBJ) /* 8 a page */
-#define SLAB_OF(p) ((char *)((uintptr_t)(p) & ~(uintptr_t)(FMEM_HEAP_SLAB_SIZE - 1)))
 
 /* Two slabs of 512 B objects that keep every object of pages 0-3 and
  * none of pages 4-15: no merge fits (same offsets), each can give back
@@ -48,16 +47,7 @@ static void make_two(fmem_heap *h, struct two *t)
 {
     memset(t, 0, sizeof *t);
     for (int r = 0; r < 2; r++)
-        for (size_t i = 0; i < CAP; i++) {
-            void *p = fmem_heap_malloc(h, OBJ);
-            cr_assert_not_null(p);
-            if (i == 0)
-                t->base[r] = SLAB_OF(p);
-            cr_assert_eq(SLAB_OF(p), t->base[r], "a fresh slab per 128 objects");
-            size_t idx = (size_t)((char *)p - t->base[r]) / OBJ;
-            t->o[r][idx] = p;
-            fill(p, OBJ, (uint64_t)r * 1000 + idx);
-        }
+        t->base[r] = fill_fresh_slab(h, OBJ, CAP, t->o[r], (uint64_t)r * 1000);
     for (int r = 0; r < 2; r++)
         for (size_t i = 32; i < CAP; i++) {
             cr_assert_eq(fmem_heap_free(h, t->o[r][i]), 0);
@@ -123,10 +113,7 @@ Test(pageback, a_kept_slab_gives_back_its_empty_pages)
     fmem_heap_stats(h, &st);
     cr_assert_eq(st.remote_bytes, 0, "%llu bytes left", (unsigned long long)st.remote_bytes);
     cr_assert_eq(st.bad_frees, 2); /* the two frees into given-back pages */
-    fmem_heap_destroy(h);
-    fmem_stats_t ps;
-    fmem_stats(pool, &ps);
-    cr_assert_eq(ps.allocated_bytes, 0, "every block went back");
+    destroy_heap_pool_empty(h);
 }
 
 Test(pageback, page_backed_slabs_are_never_merged_whole)
@@ -211,10 +198,7 @@ static uint64_t footprint(int pageback, uint64_t seed)
     fmem_heap_collect(h);
     fmem_heap_stats(h, &st);
     cr_assert_eq(st.remote_bytes, 0);
-    fmem_heap_destroy(h);
-    fmem_stats_t ps;
-    fmem_stats(pool, &ps);
-    cr_assert_eq(ps.allocated_bytes, 0, "every chunk and block went back");
+    destroy_heap_pool_empty(h);
     return held;
 }
 
@@ -386,16 +370,7 @@ static void make_stripes(fmem_heap *h, struct stripes *t)
 {
     memset(t, 0, sizeof *t);
     for (int r = 0; r < 2; r++)
-        for (size_t i = 0; i < SCAP; i++) {
-            void *p = fmem_heap_malloc(h, SOBJ);
-            cr_assert_not_null(p);
-            if (i == 0)
-                t->base[r] = SLAB_OF(p);
-            cr_assert_eq(SLAB_OF(p), t->base[r], "a fresh slab per 1024 objects");
-            size_t idx = (size_t)((char *)p - t->base[r]) / SOBJ;
-            t->o[r][idx] = p;
-            fill(p, SOBJ, (uint64_t)r * 5000 + idx);
-        }
+        t->base[r] = fill_fresh_slab(h, SOBJ, SCAP, t->o[r], (uint64_t)r * 5000);
     for (int r = 0; r < 2; r++)
         for (size_t i = 0; i < SCAP; i++)
             if (!stripe_keeps(r, i)) {
@@ -471,10 +446,7 @@ Test(pageback, small_objects_are_repacked_page_by_page)
     fmem_heap_stats_t st;
     fmem_heap_stats(h, &st);
     cr_assert_eq(st.remote_bytes, 0, "%llu bytes left", (unsigned long long)st.remote_bytes);
-    fmem_heap_destroy(h);
-    fmem_stats_t ps;
-    fmem_stats(pool, &ps);
-    cr_assert_eq(ps.allocated_bytes, 0, "every block went back");
+    destroy_heap_pool_empty(h);
 }
 
 /* Pool bytes held after compaction of the fragmented heap, with or
@@ -613,8 +585,5 @@ Test(pageback, straddling_objects_are_repacked_with_their_pages)
     fmem_heap_stats(h, &st);
     cr_assert_eq(st.remote_bytes, 0);
     cr_assert_eq(st.bad_frees + st.double_frees, 0);
-    fmem_heap_destroy(h);
-    fmem_stats_t ps;
-    fmem_stats(pool, &ps);
-    cr_assert_eq(ps.allocated_bytes, 0, "every block went back");
+    destroy_heap_pool_empty(h);
 }

@@ -35,7 +35,6 @@ static void pool_up(void)
 }
 
 #define CAP (FMEM_HEAP_SLAB_SIZE / 64) /* 64 B objects, 64 a page */
-#define SLAB_OF(p) ((char *)((uintptr_t)(p) & ~(uintptr_t)(FMEM_HEAP_SLAB_SIZE - 1)))
 
 /* Which objects each of three slabs keeps: A (role 0) [0,48) of pages 0-7
  * and [0,16) of pages 8-15, C (role 2) the other way round, B (role 1)
@@ -63,17 +62,7 @@ static void make_layout(fmem_heap *h, struct layout *l)
 {
     memset(l, 0, sizeof *l);
     for (int r = 0; r < 3; r++)
-        for (size_t i = 0; i < CAP; i++) {
-            void *p = fmem_heap_malloc(h, 64);
-            cr_assert_not_null(p);
-            if (i == 0)
-                l->base[r] = SLAB_OF(p);
-            cr_assert_eq(SLAB_OF(p), l->base[r], "a fresh slab per 1024 objects");
-            size_t idx = (size_t)((char *)p - l->base[r]) / 64;
-            cr_assert_null(l->o[r][idx]);
-            l->o[r][idx] = p;
-            fill(p, 64, (uint64_t)r * 100000 + idx);
-        }
+        l->base[r] = fill_fresh_slab(h, 64, CAP, l->o[r], (uint64_t)r * 100000);
     for (int r = 0; r < 3; r++)
         for (size_t i = 0; i < CAP; i++)
             if (!keeps(r, i)) {
@@ -194,10 +183,7 @@ Test(pagemerge, a_slab_goes_page_by_page_onto_two_survivors)
     cr_assert_eq(st1.slabs, 0);
     cr_assert_eq(st1.remote_bytes, 0);
     cr_assert_null(pagemap_get(&h->map, l.base[1]), "the alias went with its survivors");
-    fmem_heap_destroy(h);
-    fmem_stats_t ps;
-    fmem_stats(pool, &ps);
-    cr_assert_eq(ps.allocated_bytes, 0, "the pool got every chunk back");
+    destroy_heap_pool_empty(h);
 }
 
 /* One survivor empties: the alias pages on it read zeros from then on,
