@@ -598,7 +598,7 @@ void *region_handler_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&r->lock);
         if (r->fork_park_handler)
-            region_park_handler(r);
+            region_park(r, &r->handler_parked, &r->fork_park_handler, &r->park_cv);
         int stop = r->stop_handler, space = r->nfree > 0;
         if (r->barrier_done != r->barrier_req) {
             r->barrier_done = r->barrier_req;

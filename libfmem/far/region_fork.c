@@ -31,22 +31,13 @@
 
 #define REGION_OF(w) ((struct fmem_region *)((char *)(w) - offsetof(struct fmem_region, fork)))
 
-void region_park_writer(struct fmem_region *r)
+void region_park(struct fmem_region *r, int *parked, const int *hold, pthread_cond_t *cv)
 {
-    r->writer_parked = 1;
+    *parked = 1;
     pthread_cond_broadcast(&r->done_cv);
-    while (r->fork_park)
-        pthread_cond_wait(&r->writer_cv, &r->lock);
-    r->writer_parked = 0;
-}
-
-void region_park_handler(struct fmem_region *r)
-{
-    r->handler_parked = 1;
-    pthread_cond_broadcast(&r->done_cv);
-    while (r->fork_park_handler)
-        pthread_cond_wait(&r->park_cv, &r->lock);
-    r->handler_parked = 0;
+    while (*hold)
+        pthread_cond_wait(cv, &r->lock);
+    *parked = 0;
 }
 
 static void fork_prepare(struct fork_watch *w)

@@ -321,9 +321,9 @@ void region_thread_exempt(struct fmem_region *r); /* first call of both threads 
 /* region_fork.c */
 void region_fork_watch(struct fmem_region *r); /* watch lock held */
 /* Park the calling region thread while a fork is being prepared (lock
- * held; returns when the fork is over). */
-void region_park_writer(struct fmem_region *r);
-void region_park_handler(struct fmem_region *r);
+ * held): sets *parked, wakes the fork's waiter, waits on cv while *hold
+ * is set, returns when the fork is over. */
+void region_park(struct fmem_region *r, int *parked, const int *hold, pthread_cond_t *cv);
 
 /* region_fault.c */
 void *region_handler_main(void *arg);
@@ -337,7 +337,6 @@ void *region_prefetch_main(void *arg);
 /* The handler's read-ahead window and the prefetcher's progress (lock
  * held): hand a new window over, learn how far it got. */
 void region_prefetch_sync(struct fmem_region *r);
-void region_park_prefetcher(struct fmem_region *r); /* lock held */
 void region_prefetch_stop(struct fmem_region *r);
 /* region_writer.c */
 void *region_writer_main(void *arg);

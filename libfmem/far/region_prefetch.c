@@ -46,15 +46,6 @@ void region_prefetch_sync(struct fmem_region *r)
         r->ra_next = r->ra_end = NO_UNIT; /* all mapped */
 }
 
-void region_park_prefetcher(struct fmem_region *r)
-{
-    r->prefetch_parked = 1;
-    pthread_cond_broadcast(&r->done_cv);
-    while (r->fork_park_prefetch)
-        pthread_cond_wait(&r->pf_cv, &r->lock);
-    r->prefetch_parked = 0;
-}
-
 /* Wait for work (lock held). Returns 0 when told to stop. */
 static int wait_work(struct fmem_region *r)
 {
@@ -62,7 +53,7 @@ static int wait_work(struct fmem_region *r)
         if (r->stop_prefetch)
             return 0;
         if (r->fork_park_prefetch) {
-            region_park_prefetcher(r);
+            region_park(r, &r->prefetch_parked, &r->fork_park_prefetch, &r->pf_cv);
             continue;
         }
         if (r->pf_next >= r->pf_end || r->pf_next == NO_UNIT) {

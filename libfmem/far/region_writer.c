@@ -444,7 +444,7 @@ static void do_flush(struct fmem_region *r)
     int rc = 0;
     for (uint32_t slot = 0; slot < r->cap; slot++) {
         if (r->fork_park)
-            region_park_writer(r);
+            region_park(r, &r->writer_parked, &r->fork_park, &r->writer_cv);
         if (need_evict(r))
             evict_batch(r);
         uint32_t u = r->ring[slot];
@@ -468,7 +468,7 @@ void *region_writer_main(void *arg)
     pthread_mutex_lock(&r->lock);
     while (!r->stop_writer) {
         if (r->fork_park)
-            region_park_writer(r);
+            region_park(r, &r->writer_parked, &r->fork_park, &r->writer_cv);
         else if (r->flush_done != r->flush_req)
             do_flush(r);
         else if (need_evict(r))
