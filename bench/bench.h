@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock_rng.h" /* time and random numbers */
 #include "fmem.h"
 #include "transport.h" /* enum tp_rtt_mode */
 
@@ -18,18 +19,6 @@
 #define BENCH_EABORT (-100)
 
 #define CHUNK_BYTES ((uint64_t)4096)
-
-/* ---- time and random numbers -------------------------------------------- */
-uint64_t bench_now_ns(void);
-uint64_t bench_cpu_ns(void); /* CPU time of the whole process */
-
-struct rng {
-    uint64_t s;
-};
-void rng_seed(struct rng *r, uint64_t seed);
-uint64_t rng_next(struct rng *r);
-/* uniform in [0, n) */
-uint64_t rng_below(struct rng *r, uint64_t n);
 
 /* ---- latency histogram (hist.c) -----------------------------------------
  * Log-linear: exact below 64 ns, then 64 buckets per power of two, so a

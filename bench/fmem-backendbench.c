@@ -17,23 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock_rng.h"
 #include "fmem.h"
 #include "size_parse.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 enum { SEQ_W, SEQ_R, RND_R, RND_W, NPASS };
 static const char *pass_name[NPASS] = {"seq write", "seq read", "rand read", "rand write"};
@@ -57,16 +43,17 @@ static int run(const char *uri, uint64_t size, size_t unit, int reps, struct res
     fmem_handle *h = calloc(n, sizeof *h);
     uint32_t *perm = malloc(n * sizeof *perm);
     char *buf = aligned_alloc(4096, unit), *data = aligned_alloc(4096, unit * 64);
-    uint64_t s = 0x9E3779B97F4A7C15u;
+    struct rng s;
+    rng_seed(&s, 1);
     for (size_t i = 0; i < unit * 64; i += 64) { /* 16 random bytes, 48 of a run */
         for (int j = 0; j < 16; j++)
-            data[i + j] = (char)rnd(&s);
-        memset(data + i + 16, 'a' + (int)(rnd(&s) % 4), 48);
+            data[i + j] = (char)rng_next(&s);
+        memset(data + i + 16, 'a' + (int)rng_below(&s, 4), 48);
     }
     for (size_t i = 0; i < n; i++)
         perm[i] = (uint32_t)i;
     for (size_t i = n - 1; i > 0; i--) {
-        size_t j = rnd(&s) % (i + 1);
+        size_t j = rng_below(&s, i + 1);
         uint32_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
@@ -76,7 +63,7 @@ static int run(const char *uri, uint64_t size, size_t unit, int reps, struct res
     for (int pass = 0; pass < NPASS && rc == 0; pass++) {
         double best = 1e30;
         for (int r = 0; r < reps && rc == 0; r++) {
-            double t0 = now();
+            double t0 = bench_now_s();
             for (size_t k = 0; k < n && rc == 0; k++) {
                 size_t i = pass == SEQ_W || pass == SEQ_R ? k : perm[k];
                 if (pass == SEQ_W || pass == RND_W)
@@ -84,7 +71,7 @@ static int run(const char *uri, uint64_t size, size_t unit, int reps, struct res
                 else
                     rc = fmem_read(p, &h[i], 0, buf, unit);
             }
-            double t = now() - t0;
+            double t = bench_now_s() - t0;
             if (t < best)
                 best = t;
         }

@@ -45,6 +45,8 @@
 #include <fmem.h>
 #include <fmem_far.h>
 
+#include "clock_rng.h"
+
 #include "fragbench_analyze.h"
 
 struct opts {
@@ -65,21 +67,6 @@ struct result {
     char why[96];
     uint64_t live, after_alloc, after_free, after_reclaim, reclaim_ns, merges, alloc_ns;
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t xs(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 /* ---- the allocators ----------------------------------------------------- */
 
@@ -206,23 +193,24 @@ static void workload(const struct opts *o, struct alloc *a, struct result *r)
         return;
     }
     rss_base = rss_bytes();
-    uint64_t s = o->seed | 1;
-    uint64_t t0 = now_ns();
+    struct rng s;
+    rng_seed(&s, o->seed);
+    uint64_t t0 = bench_now_ns();
     for (size_t i = 0; i < o->n; i++) {
-        len[i] = o->sizes[xs(&s) % o->nsizes];
+        len[i] = o->sizes[rng_below(&s, o->nsizes)];
         if (!(obj[i] = a->malloc(a->ctx, len[i]))) {
             snprintf(r->why, sizeof r->why, "allocation %zu failed", i);
             return;
         }
     }
-    r->alloc_ns = now_ns() - t0;
+    r->alloc_ns = bench_now_ns() - t0;
     for (size_t i = 0; i < o->n; i++)
         memset(obj[i], (int)(i & 0xff), len[i]);
     r->after_alloc = a->held(a->ctx);
-    unsigned pct = o->free_min + (unsigned)(xs(&s) % (o->free_max - o->free_min + 1));
+    unsigned pct = o->free_min + (unsigned)rng_below(&s, o->free_max - o->free_min + 1);
     size_t stride = pct < 100 ? 100 / (100 - pct) : o->n + 1;
     for (size_t i = 0; i < o->n; i++)
-        if (o->strided ? i % stride != 0 : xs(&s) % 100 < pct) {
+        if (o->strided ? i % stride != 0 : rng_below(&s, 100) < pct) {
             a->free(a->ctx, obj[i]);
             obj[i] = NULL;
         } else {
@@ -235,9 +223,9 @@ static void workload(const struct opts *o, struct alloc *a, struct result *r)
         frag_analyze(obj, len, o->n, r->live, stdout);
         fflush(stdout);
     }
-    t0 = now_ns();
+    t0 = bench_now_ns();
     a->reclaim(a->ctx, r);
-    r->reclaim_ns = now_ns() - t0;
+    r->reclaim_ns = bench_now_ns() - t0;
     r->after_reclaim = a->held(a->ctx);
     for (size_t i = 0; i < o->n; i++) /* every live object intact */
         if (obj[i] && ((unsigned char *)obj[i])[len[i] - 1] != (unsigned char)(i & 0xff)) {

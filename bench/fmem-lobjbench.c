@@ -22,17 +22,12 @@
 #include <fmem.h>
 #include <fmem_far.h>
 
+#include "clock_rng.h"
+
 #include "lobj.h"
 
 #define KiB ((size_t)1024)
 #define MiB (KiB * 1024)
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts); /* the VM is shared: CPU time */
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, int rc)
 {
@@ -49,7 +44,7 @@ static void touch(char *p, size_t len)
 /* The old way: one block, mapped where the pool is. */
 static double old_rate(fmem_pool *pool, size_t size, unsigned iters, int write)
 {
-    double t0 = now();
+    double t0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (unsigned i = 0; i < iters; i++) {
         fmem_handle h;
         void *p;
@@ -60,12 +55,12 @@ static double old_rate(fmem_pool *pool, size_t size, unsigned iters, int write)
             touch(p, size);
         fmem_free(pool, &h);
     }
-    return iters / (now() - t0);
+    return iters / (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0);
 }
 
 static double new_rate(fmem_heap *heap, size_t size, unsigned iters, int write)
 {
-    double t0 = now();
+    double t0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (unsigned i = 0; i < iters; i++) {
         char *p = fmem_heap_malloc(heap, size);
         if (!p)
@@ -74,14 +69,14 @@ static double new_rate(fmem_heap *heap, size_t size, unsigned iters, int write)
             touch(p, size);
         fmem_heap_free(heap, p);
     }
-    return iters / (now() - t0);
+    return iters / (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0);
 }
 
 /* The mapping path alone (what the heap does when no freed object of the
  * size is kept for reuse). */
 static double lobj_rate(fmem_pool *pool, size_t size, unsigned iters, int write)
 {
-    double t0 = now();
+    double t0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (unsigned i = 0; i < iters; i++) {
         struct lobj o;
         int rc = lobj_alloc(pool, size, 0, &o);
@@ -91,7 +86,7 @@ static double lobj_rate(fmem_pool *pool, size_t size, unsigned iters, int write)
             touch(o.ptr, size);
         lobj_free(pool, &o);
     }
-    return iters / (now() - t0);
+    return iters / (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0);
 }
 
 static uint64_t pool_bytes(fmem_pool *pool)
@@ -225,11 +220,11 @@ int main(int argc, char **argv)
     static char *live_new[LIVE];
     static fmem_handle live_old[LIVE];
     size_t asked = 0;
-    unsigned seed = 12345;
+    struct rng rng;
+    rng_seed(&rng, 12345);
     uint64_t before = pool_bytes(pool);
     for (unsigned i = 0; i < LIVE; i++) {
-        seed = seed * 1103515245u + 12345u;
-        double f = (double)(seed >> 8) / (double)(1u << 24);
+        double f = rng_unit(&rng);
         size_t size = (size_t)(16.0 * KiB * exp2(f * 8.0)) + 1;
         asked += size;
         if ((rc = fmem_alloc(pool, size, &live_old[i])) != 0)
@@ -238,10 +233,9 @@ int main(int argc, char **argv)
     uint64_t old_live = pool_bytes(pool) - before;
     for (unsigned i = 0; i < LIVE; i++)
         fmem_free(pool, &live_old[i]);
-    seed = 12345;
+    rng_seed(&rng, 12345);
     for (unsigned i = 0; i < LIVE; i++) {
-        seed = seed * 1103515245u + 12345u;
-        double f = (double)(seed >> 8) / (double)(1u << 24);
+        double f = rng_unit(&rng);
         size_t size = (size_t)(16.0 * KiB * exp2(f * 8.0)) + 1;
         if (!(live_new[i] = fmem_heap_malloc(heap, size)))
             die("heap malloc", FMEM_ENOMEM);

@@ -14,17 +14,9 @@
 
 #include "fmem-mallocbench.h"
 
-static uint64_t next_rand(uint64_t *s)
+static size_t rand_size(struct rng *s, const struct mb_workload *w)
 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static size_t rand_size(uint64_t *s, const struct mb_workload *w)
-{
-    return w->min + next_rand(s) % (w->max - w->min + 1);
+    return w->min + rng_below(s, w->max - w->min + 1);
 }
 
 static void *xmalloc(const struct mb_alloc *a, size_t n)
@@ -100,7 +92,9 @@ static void *shbench_thread(void *arg)
 {
     struct job *j = arg;
     void *v[SH_BATCH], *keep[SH_KEEP] = {0};
-    uint64_t seed = 0x1234567 + j->id, ops = 0;
+    uint64_t ops = 0;
+    struct rng seed;
+    rng_seed(&seed, 0x1234567 + j->id);
     unsigned iters = (unsigned)(800 * j->p->scale / j->p->threads) + 1, k = 0;
     for (unsigned it = 0; it < iters; it++) {
         for (int i = 0; i < SH_BATCH; i++)
@@ -147,11 +141,12 @@ static uint64_t shbench(const struct mb_alloc *a, const struct mb_workload *w,
 static void *larson_thread(void *arg)
 {
     struct job *j = arg;
-    uint64_t seed = 0x9e3779b97f4a7c15ull ^ ((uint64_t)j->id * 7919 + j->ops);
+    struct rng seed;
+    rng_seed(&seed, (uint64_t)j->id * 7919 + j->ops);
     unsigned rounds = (unsigned)(400000 * j->p->scale / j->p->threads / LA_GENERATIONS) + 1;
     uint64_t ops = 0;
     for (unsigned r = 0; r < rounds; r++) {
-        size_t i = next_rand(&seed) % LA_SLOTS;
+        size_t i = rng_below(&seed, LA_SLOTS);
         if (j->slots[i]) {
             j->a->free(j->a->ctx, j->slots[i]);
             ops++;

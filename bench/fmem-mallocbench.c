@@ -33,13 +33,6 @@ struct opts {
     int json;
 };
 
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int listed(const char *list, const char *name)
 {
     size_t n = strlen(name);
@@ -156,9 +149,9 @@ static int measure(const struct opts *o, fmem_pool *pool, const char *alloc,
             a.free = fmem_free_ad;
             a.ctx = heap;
         }
-        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double t0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         uint64_t ops = w->run(&a, w, &o->p);
-        double t = clock_s(CLOCK_MONOTONIC) - t0, c = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        double t = bench_clock_s(CLOCK_MONOTONIC) - t0, c = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         struct result r = {.mops = (double)ops / t / 1e6, .cpu_mops = (double)ops / c / 1e6};
         if (heap) {
             fmem_heap_stats_t hs;

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock_rng.h"
+
 struct mb_alloc {
     const char *name;
     void *(*malloc)(void *ctx, size_t n);

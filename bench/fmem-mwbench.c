@@ -38,6 +38,7 @@
 #include <time.h>
 #include <infiniband/verbs.h>
 
+#include "clock_rng.h"
 #include "samples.h"
 
 #define MAX_SIZE (4u << 20)
@@ -76,18 +77,11 @@ static void die(const char *what)
     exit(1);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* busy-poll one completion; its wr_id must be `want`. Returns its status. */
 static enum ibv_wc_status wait_wc(struct ctx *c, uint64_t want)
 {
     struct ibv_wc wc;
-    uint64_t deadline = now_ns() + 10000000000u;
+    uint64_t deadline = bench_now_ns() + 10000000000u;
     for (unsigned spin = 0;; spin++) {
         int n = ibv_poll_cq(c->cq, 1, &wc);
         if (n < 0) {
@@ -96,7 +90,7 @@ static enum ibv_wc_status wait_wc(struct ctx *c, uint64_t want)
         }
         if (n == 1)
             break;
-        if ((spin & 1023) == 1023 && now_ns() > deadline) {
+        if ((spin & 1023) == 1023 && bench_now_ns() > deadline) {
             fprintf(stderr, "fmem-mwbench: no completion for work request %" PRIu64 " in 10 s\n", want);
             exit(1);
         }
@@ -344,14 +338,14 @@ static void rinv_mw2(struct ctx *c, uint32_t rkey)
     };
     post(c, &wr, "ibv_post_send SEND_WITH_INV");
     bool sent = false, got = false;
-    uint64_t deadline = now_ns() + 10000000000u;
+    uint64_t deadline = bench_now_ns() + 10000000000u;
     while (!sent || !got) {
         struct ibv_wc wc;
         int n = ibv_poll_cq(c->cq, 1, &wc);
         if (n < 0)
             die("ibv_poll_cq");
         if (n == 0) {
-            if (now_ns() > deadline) {
+            if (bench_now_ns() > deadline) {
                 fprintf(stderr, "fmem-mwbench: SEND_WITH_INV did not complete in 10 s\n");
                 exit(1);
             }
@@ -554,14 +548,14 @@ int main(int argc, char **argv)
         r->size = size;
 
         for (size_t k = 0; k < total; k++) {
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             struct ibv_mr *mr = ibv_reg_mr(c.pd, c.buf_mr, size, mr_access);
-            uint64_t t1 = now_ns();
+            uint64_t t1 = bench_now_ns();
             if (!mr)
                 die("ibv_reg_mr");
             if ((errno = ibv_dereg_mr(mr)))
                 die("ibv_dereg_mr");
-            uint64_t t2 = now_ns();
+            uint64_t t2 = bench_now_ns();
             t_reg[k] = t1 - t0;
             t_dereg[k] = t2 - t1;
             t_mr[k] = t2 - t0;
@@ -572,21 +566,21 @@ int main(int argc, char **argv)
 
         if (c.mw1_ok) {
             for (size_t k = 0; k < total; k++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 bind_mw1(&c, mw1, size);
-                t_mw1[k] = now_ns() - t0;
+                t_mw1[k] = bench_now_ns() - t0;
             }
             r->mw1 = samples_summarize(t_mw1 + warmup, (size_t)iters);
             /* what fmem's memory node does to kill a type-1 key: destroy
              * the window and bind a fresh one (a re-bind would keep its
              * index and change only the low key byte) */
             for (size_t k = 0; k < total; k++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 ibv_dealloc_mw(mw1);
                 if (!(mw1 = ibv_alloc_mw(c.pd, IBV_MW_TYPE_1)))
                     die("ibv_alloc_mw type 1");
                 bind_mw1(&c, mw1, size);
-                t_mw1[k] = now_ns() - t0;
+                t_mw1[k] = bench_now_ns() - t0;
             }
             r->mw1_rev = samples_summarize(t_mw1 + warmup, (size_t)iters);
             bool same;
@@ -602,11 +596,11 @@ int main(int argc, char **argv)
         if (c.mw2_ok) {
             for (size_t k = 0; k < total; k++) {
                 rkey2 = ibv_inc_rkey(rkey2);
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 bind_mw2(&c, mw2, rkey2, size);
-                uint64_t t1 = now_ns();
+                uint64_t t1 = bench_now_ns();
                 inv_mw2(&c, rkey2);
-                uint64_t t2 = now_ns();
+                uint64_t t2 = bench_now_ns();
                 t_bind2[k] = t1 - t0;
                 t_inv2[k] = t2 - t1;
             }
@@ -615,9 +609,9 @@ int main(int argc, char **argv)
             for (size_t k = 0; k < total; k++) {
                 rkey2 = ibv_inc_rkey(rkey2);
                 bind_mw2(&c, mw2, rkey2, size);
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 rinv_mw2(&c, rkey2);
-                t_rinv2[k] = now_ns() - t0;
+                t_rinv2[k] = bench_now_ns() - t0;
             }
             r->mw2_rinv = samples_summarize(t_rinv2 + warmup, (size_t)iters);
             /* one more bind, unmeasured, to read through it */

@@ -148,12 +148,12 @@ static int drain(struct server *s)
         struct sconn *c = &s->conn[ci];
         if (!atomic_load(&c->active))
             continue;
-        uint64_t t0 = rb_now_ns();
+        uint64_t t0 = bench_now_ns();
         struct rb_msg rq = c->recv[slot];
         if (post_recv(s, c, slot))
             s->wc_errors++;
         serve_request(s, c, &rq);
-        s->service_ns += rb_now_ns() - t0;
+        s->service_ns += bench_now_ns() - t0;
         s->requests++;
     }
     return n < 0 ? 0 : n;

@@ -102,13 +102,6 @@ static void prof_add(struct prof *p, const struct trace *a, uint64_t ns)
 
 /* ---- helpers ------------------------------------------------------------- */
 
-uint64_t rb_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t rb_parse_size(const char *s)
 {
     uint64_t v; /* the one size parser: size_parse.h */
@@ -242,7 +235,7 @@ static void wait_wc(struct rconn *c, uint64_t want)
             continue;
         }
         if ((spin & 4095) == 4095) {
-            uint64_t t = rb_now_ns();
+            uint64_t t = bench_now_ns();
             if (!deadline)
                 deadline = t + WC_TIMEOUT_NS;
             else if (t > deadline) {
@@ -496,9 +489,9 @@ static void phase(struct run *r, int alloc, int ph, bool measured)
             r->snap = now;
         }
         if (ph == PH_ALLOC_START)
-            r->t_start = rb_now_ns();
+            r->t_start = bench_now_ns();
         else if (ph == PH_FREE_END && measured)
-            r->wall_ns[alloc] += rb_now_ns() - r->t_start;
+            r->wall_ns[alloc] += bench_now_ns() - r->t_start;
         b->arrived = 0;
         b->gen++;
         pthread_cond_broadcast(&b->cv);
@@ -533,14 +526,14 @@ static void one_round(struct tctx *t, int a, bool measured)
     for (unsigned i = 0; i < r->batch; i++) {
         struct trace tr0;
         trace_now(&tr0);
-        uint64_t t0 = rb_now_ns();
+        uint64_t t0 = bench_now_ns();
         int rc;
         switch (a) {
         case A_FMEM: rc = fmem_alloc(r->pool, r->size, &t->h[i]); break;
         case A_FREEARRAY: rc = fa_alloc(sl->conn, n, tag, &t->chunk[i], ka); break;
         default: rc = rpc_call(sl->conn, RB_ALLOC, 0, order, &t->chunk[i], ka); break;
         }
-        uint64_t dt = rb_now_ns() - t0;
+        uint64_t dt = bench_now_ns() - t0;
         t->ok[i] = rc == 0;
         if (measured && a == A_FMEM)
             prof_add(&sl->pa, &tr0, dt);
@@ -555,14 +548,14 @@ static void one_round(struct tctx *t, int a, bool measured)
             continue;
         struct trace tr0;
         trace_now(&tr0);
-        uint64_t t0 = rb_now_ns();
+        uint64_t t0 = bench_now_ns();
         int rc = 0;
         switch (a) {
         case A_FMEM: rc = fmem_free(r->pool, &t->h[i]); break;
         case A_FREEARRAY: fa_free(sl->conn, t->chunk[i], n, kf); break;
         default: rc = rpc_call(sl->conn, RB_FREE, t->chunk[i], order, NULL, kf); break;
         }
-        uint64_t dt = rb_now_ns() - t0;
+        uint64_t dt = bench_now_ns() - t0;
         if (measured && a == A_FMEM)
             prof_add(&sl->pf, &tr0, dt);
         if (measured) {

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "clock_rng.h"
+
 #define RB_MAGIC 0x464d454d52444242ull /* "FMEMRDBB" */
 #define RB_VERSION 1
 #define RB_CHUNK 4096u      /* bytes per free-array entry / buddy chunk */
@@ -52,7 +54,6 @@ struct rb_msg {
 int rb_serve(int argc, char **argv);
 
 /* helpers */
-uint64_t rb_now_ns(void);
 uint64_t rb_parse_size(const char *s); /* 4096, 4K, 64M, 1G; 0 on error */
 
 #endif

@@ -20,26 +20,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock_rng.h"
 #include "fmem.h"
 #include "fmem_far.h"
 #include "size_parse.h"
 
 #define UNIT (64u << 10)
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 struct setting {
     const char *label;
@@ -77,34 +63,35 @@ static int run(const struct setting *st, size_t hot, size_t cold, size_t cache, 
     fmem_region_tune(r, &t);
     uint64_t *base = fmem_region_base(r);
     size_t words = UNIT / 8;
-    uint64_t s = 0x9E3779B97F4A7C15u;
+    struct rng s;
+    rng_seed(&s, 1);
     /* cold set at units nhot.., written first; then the hot set */
     for (size_t u = nhot; u < nhot + ncold; u++)
         for (size_t w = 0; w < words; w++)
-            base[u * words + w] = w % 16 < 8 ? rnd(&s) : u;
+            base[u * words + w] = w % 16 < 8 ? rng_next(&s) : u;
     for (size_t u = 0; u < nhot; u++)
         for (size_t w = 0; w < words; w++)
-            base[u * words + w] = w % 16 < 8 ? rnd(&s) : u;
+            base[u * words + w] = w % 16 < 8 ? rng_next(&s) : u;
     uint32_t *order = malloc(nhot * sizeof *order);
     for (size_t i = 0; i < nhot; i++)
         order[i] = (uint32_t)i;
     uint64_t sum = 0;
-    double t0 = now();
+    double t0 = bench_now_s();
     for (int round = 0; round < rounds; round++) {
         for (size_t i = nhot - 1; i > 0; i--) {
-            size_t j = rnd(&s) % (i + 1);
+            size_t j = rng_below(&s, i + 1);
             uint32_t x = order[i];
             order[i] = order[j];
             order[j] = x;
         }
         for (size_t i = 0; i < nhot; i++) {
-            uint64_t *w = &base[order[i] * words + rnd(&s) % words];
+            uint64_t *w = &base[order[i] * words + rng_below(&s, words)];
             *w += 1;
             if (i % 4 == 0)
-                sum += base[(nhot + rnd(&s) % ncold) * words + rnd(&s) % words];
+                sum += base[(nhot + rng_below(&s, ncold)) * words + rng_below(&s, words)];
         }
     }
-    double dt = now() - t0;
+    double dt = bench_now_s() - t0;
     res->ops_s = (double)rounds * (nhot + nhot / 4) / dt;
     fmem_region_path_t paths[2];
     fmem_region_paths(r, paths, 2);

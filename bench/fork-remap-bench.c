@@ -45,12 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
+#include "clock_rng.h"
 
 static int cmp(const void *a, const void *b)
 {
@@ -67,11 +62,11 @@ static double median(double *v, int n)
 /* fork() pause in the parent; the child checks one byte and exits */
 static double fork_pause(const char *p, size_t n, char want)
 {
-    double t0 = now_ms();
+    double t0 = bench_now_s() * 1e3;
     pid_t c = fork();
     if (c == 0)
         _exit(p[0] == want && p[n - 1] == want ? 0 : 1);
-    double t = now_ms() - t0;
+    double t = bench_now_s() * 1e3 - t0;
     int st;
     if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) {
         fprintf(stderr, "fork-remap-bench: child saw wrong bytes\n");
@@ -115,9 +110,9 @@ static double anon_mib(void)
 
 static double rewrite(char *p, size_t n, char c)
 {
-    double t0 = now_ms();
+    double t0 = bench_now_s() * 1e3;
     memset(p, c, n);
-    return now_ms() - t0;
+    return bench_now_s() * 1e3 - t0;
 }
 
 /* the snapshot semantics of the remapped range, with a child alive */
@@ -185,10 +180,10 @@ int main(int argc, char **argv)
             return 1;
         memset(s, 1, n);
         shared[r] = fork_pause(s, n, 1);
-        double t0 = now_ms();
+        double t0 = bench_now_s() * 1e3;
         if (mmap(s, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0) != s)
             return 1;
-        remap[r] = now_ms() - t0;
+        remap[r] = bench_now_s() * 1e3 - t0;
         first[r] = remap[r] + fork_pause(s, n, 1);
         second[r] = fork_pause(s, n, 1);
         rw_remap[r] = rewrite(s, n, 2);
@@ -199,17 +194,17 @@ int main(int argc, char **argv)
         /* the same, page tables moved aside first */
         char *aside;
         s = shared_map(fd, n, &aside);
-        t0 = now_ms();
+        t0 = bench_now_s() * 1e3;
         if (mremap(s, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, aside) != aside ||
             mmap(s, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0) != s) {
             perror("fork-remap-bench: mremap");
             return 1;
         }
-        moved[r] = now_ms() - t0 + fork_pause(s, n, 1);
+        moved[r] = bench_now_s() * 1e3 - t0 + fork_pause(s, n, 1);
         snap = snap && snapshot_ok(s, n);
-        t0 = now_ms();
+        t0 = bench_now_s() * 1e3;
         munmap(aside, n);
-        zap[r] = now_ms() - t0;
+        zap[r] = bench_now_s() * 1e3 - t0;
         munmap(s, n);
         close(fd);
     }

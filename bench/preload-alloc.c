@@ -8,12 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "clock_rng.h"
 
 int main(int argc, char **argv)
 {
@@ -26,7 +21,7 @@ int main(int argc, char **argv)
     }
     /* volatile: the compiler may not drop the malloc/free pair */
     char *volatile p;
-    double t0 = cpu_s();
+    double t0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (long r = 0; r < rounds; r++) {
         p = malloc(size);
         if (!p)
@@ -36,7 +31,7 @@ int main(int argc, char **argv)
         if (!keep)
             free(p);
     }
-    double t = cpu_s() - t0;
+    double t = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0;
     printf("%.1f\n", t / (double)rounds * 1e9);
     return 0;
 }

@@ -1,42 +1,7 @@
-/* util.c - clock, random numbers and transport-trace deltas shared by the
- * benchmark's parts. */
-#include <time.h>
-
+/* util.c - transport-trace deltas shared by the benchmark's parts (the
+ * clocks and random numbers are in clock_rng.c). */
 #include "bench.h"
 #include "transport.h"
-
-uint64_t bench_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* splitmix64: tiny, good enough for picking sizes and victims */
-uint64_t bench_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-void rng_seed(struct rng *r, uint64_t seed)
-{
-    r->s = seed * 0x9E3779B97F4A7C15u + 0x632BE59BD9B4E019u;
-}
-
-uint64_t rng_next(struct rng *r)
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15u);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    return z ^ (z >> 31);
-}
-
-uint64_t rng_below(struct rng *r, uint64_t n)
-{
-    return n ? rng_next(r) % n : 0;
-}
 
 void trace_mark(struct trace_mark *m)
 {

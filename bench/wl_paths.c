@@ -49,17 +49,9 @@ struct po {
     int scan, policy, json;
 };
 
-static uint64_t xs(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 static double now(void)
 {
-    return clock_s(CLOCK_MONOTONIC);
+    return bench_clock_s(CLOCK_MONOTONIC);
 }
 
 struct setup {
@@ -124,7 +116,9 @@ static const char *wl_name[] = {"seq", "rand", "mixed"};
  * stamp was wrong. */
 static double run_wl(const struct po *o, struct setup *s, enum wl w, uint64_t *bad)
 {
-    uint64_t npages = o->size / PAGE, touched = 0, seed = 0x9e3779b97f4a7c15ull;
+    uint64_t npages = o->size / PAGE, touched = 0;
+    struct rng seed;
+    rng_seed(&seed, 1);
     double t0 = now();
     if (w == WL_SEQ) {
         for (uint64_t p = 0; p < npages; p++, touched++) {
@@ -133,19 +127,19 @@ static double run_wl(const struct po *o, struct setup *s, enum wl w, uint64_t *b
         }
     } else if (w == WL_RAND) {
         for (uint64_t i = 0; i < npages / 4; i++, touched++) {
-            uint64_t p = xs(&seed) % npages;
+            uint64_t p = rng_below(&seed, npages);
             *bad += *(volatile uint64_t *)(s->base + p * PAGE) != p + 1;
         }
     } else {
         const uint64_t run = (256 << 10) / PAGE;
         while (touched < npages / 2) {
-            uint64_t start = xs(&seed) % (npages - run);
+            uint64_t start = rng_below(&seed, npages - run);
             for (uint64_t p = start; p < start + run; p++, touched++) {
                 *bad += *(volatile uint64_t *)(s->base + p * PAGE) != p + 1;
                 (void)page_sum(s->base + p * PAGE);
             }
             for (int i = 0; i < 64; i++, touched++) {
-                uint64_t p = xs(&seed) % npages;
+                uint64_t p = rng_below(&seed, npages);
                 *bad += *(volatile uint64_t *)(s->base + p * PAGE) != p + 1;
             }
         }

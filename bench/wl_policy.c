@@ -99,14 +99,6 @@ struct wo {
     int json, verbose;
 };
 
-static uint64_t xs(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 static uint64_t page_sum(const char *p)
 {
     uint64_t sum = 0;
@@ -132,8 +124,10 @@ static const char *wl_name[NWL] = {"seq", "rand", "pandas"};
 /* MB/s of pages touched; *bad counts pages with a wrong stamp. */
 static double run_wl(const struct wo *o, char *base, enum wl w, uint64_t reads, uint64_t *bad)
 {
-    uint64_t npages = o->size / PAGE, touched = 0, seed = 0x9e3779b97f4a7c15ull, sink = 0;
-    double t0 = clock_s(CLOCK_MONOTONIC);
+    uint64_t npages = o->size / PAGE, touched = 0, sink = 0;
+    struct rng seed;
+    rng_seed(&seed, 1);
+    double t0 = bench_clock_s(CLOCK_MONOTONIC);
     if (w == WL_SEQ) {
         for (uint64_t p = 0; p < npages; p++, touched++) {
             *bad += stamp_of(base, p) != p + 1;
@@ -141,7 +135,7 @@ static double run_wl(const struct wo *o, char *base, enum wl w, uint64_t reads, 
         }
     } else if (w == WL_RAND) {
         for (uint64_t i = 0; i < reads; i++, touched++) {
-            uint64_t p = xs(&seed) % npages;
+            uint64_t p = rng_below(&seed, npages);
             *bad += stamp_of(base, p) != p + 1;
         }
     } else {
@@ -159,7 +153,7 @@ static double run_wl(const struct wo *o, char *base, enum wl w, uint64_t reads, 
         for (int g = 0; g < 64; g++)
             sink += groups[g];
     }
-    double dt = clock_s(CLOCK_MONOTONIC) - t0;
+    double dt = bench_clock_s(CLOCK_MONOTONIC) - t0;
     (void)sink;
     return (double)touched * PAGE / dt / 1e6;
 }

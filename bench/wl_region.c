@@ -36,16 +36,9 @@ int fmem_bench_region(int argc, char **argv);
 
 #define BLOCK 4096
 
-double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static double now_s(void)
 {
-    return clock_s(CLOCK_MONOTONIC);
+    return bench_clock_s(CLOCK_MONOTONIC);
 }
 
 static size_t parse_bytes(const char *s)
@@ -97,14 +90,6 @@ static int parse_opts(int argc, char **argv, struct rb_opts *o)
         return -1;
     o->size &= ~(size_t)(BLOCK - 1);
     return 0;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
 }
 
 static volatile uint64_t sink;
@@ -163,19 +148,19 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
         if (!(p ? o->rand : o->seq))
             continue;
         const uint32_t *ord = p ? order : NULL;
-        double lc = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double lc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         local[p] = rb_scan(local_mem, o->size / BLOCK, ord, o->seconds);
-        lc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - lc;
+        lc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - lc;
         fmem_region_stats_t a, b;
         fmem_region_stats(r, &a);
         /* CPU time of the whole process (scan, fault handler, writer): what
          * the paging costs regardless of how busy the machine is */
-        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+        double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
         double g = rb_scan(mem, o->size / BLOCK, ord, o->seconds);
-        double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        double cpu = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         /* the scanning thread's own share (its faults included) and the
          * region threads' (handler, prefetcher, writer, I/O workers) */
-        double app = clock_s(CLOCK_THREAD_CPUTIME_ID) - t0, other = cpu - app;
+        double app = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0, other = cpu - app;
         fmem_region_stats(r, &b);
         uint64_t faults = b.faults - a.faults;
         uint64_t moved = b.fetches - a.fetches + b.prefetches - a.prefetches;
@@ -251,11 +236,12 @@ int fmem_bench_region(int argc, char **argv)
         fprintf(stderr, "out of memory\n");
         return 1;
     }
-    uint64_t seed = 0x2545f4914f6cdd1dull;
+    struct rng seed;
+    rng_seed(&seed, 0x2545f4914f6cdd1dull);
     for (size_t i = 0; i < nblocks; i++)
         order[i] = (uint32_t)i;
     for (size_t i = nblocks - 1; i > 0; i--) {
-        size_t j = xorshift(&seed) % (i + 1);
+        size_t j = rng_below(&seed, i + 1);
         uint32_t t = order[i];
         order[i] = order[j];
         order[j] = t;

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "clock_rng.h"
+
 struct rb_opts {
     size_t size, unit;
     double seconds;
@@ -15,7 +17,6 @@ struct rb_opts {
     const char *pool;
 };
 
-double clock_s(clockid_t id);
 void rb_fill(char *mem, size_t size);
 /* Scan 4 KiB blocks of mem in `order` (NULL: sequential) for `seconds`;
  * returns GB/s. */
