@@ -30,7 +30,6 @@
  * breaks up. --analyze prints, for the fmem columns, the pair-compatibility
  * statistics of the heap left by the frees and what merging at 64 KiB and
  * at 4 KiB granularity could reach (fragbench_analyze.c). */
-#include <dlfcn.h>
 #include <getopt.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -48,6 +47,7 @@
 #include "clock_rng.h"
 
 #include "fragbench_analyze.h"
+#include "local_malloc.h"
 
 struct opts {
     size_t n;
@@ -98,16 +98,6 @@ static uint64_t local_held(void *ctx)
     return r > rss_base ? r - rss_base : 0;
 }
 
-static void *glibc_malloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    return malloc(n);
-}
-static void glibc_free(void *ctx, void *p)
-{
-    (void)ctx;
-    free(p);
-}
 static void glibc_reclaim(void *ctx, struct result *r)
 {
     (void)ctx;
@@ -115,40 +105,11 @@ static void glibc_reclaim(void *ctx, struct result *r)
     malloc_trim(0);
 }
 
-static void *(*mi_malloc_fn)(size_t);
-static void (*mi_free_fn)(void *);
-static void (*mi_collect_fn)(int);
-static int load_mimalloc(char *why, size_t len)
-{
-    const char *names[] = {"libmimalloc.so.2", "libmimalloc.so"};
-    for (unsigned i = 0; i < 2; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            continue;
-        *(void **)&mi_malloc_fn = dlsym(h, "mi_malloc");
-        *(void **)&mi_free_fn = dlsym(h, "mi_free");
-        *(void **)&mi_collect_fn = dlsym(h, "mi_collect");
-        if (mi_malloc_fn && mi_free_fn && mi_collect_fn)
-            return 0;
-    }
-    snprintf(why, len, "libmimalloc.so.2 not found (apt-get install libmimalloc-dev)");
-    return -1;
-}
-static void *mi_malloc_ad(void *ctx, size_t n)
-{
-    (void)ctx;
-    return mi_malloc_fn(n);
-}
-static void mi_free_ad(void *ctx, void *p)
-{
-    (void)ctx;
-    mi_free_fn(p);
-}
 static void mi_reclaim(void *ctx, struct result *r)
 {
     (void)ctx;
     (void)r;
-    mi_collect_fn(1);
+    mimalloc_collect(1);
 }
 
 struct fm {
@@ -276,8 +237,8 @@ static void run_one(const struct opts *o, const char *name, struct result *r)
     } else if (strcmp(name, "glibc") == 0) {
         struct alloc a = {glibc_malloc, glibc_free, local_held, glibc_reclaim, NULL};
         workload(o, &a, r);
-    } else if (load_mimalloc(r->why, sizeof r->why) == 0) {
-        struct alloc a = {mi_malloc_ad, mi_free_ad, local_held, mi_reclaim, NULL};
+    } else if (mimalloc_load(r->why, sizeof r->why) == 0) {
+        struct alloc a = {mimalloc_malloc, mimalloc_free, local_held, mi_reclaim, NULL};
         workload(o, &a, r);
     }
 }

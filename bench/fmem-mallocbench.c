@@ -4,10 +4,9 @@
  * ratio to glibc, and for fmem the peak remote footprint and what is still
  * held after every object was freed (before and after fmem_heap_collect).
  *
- * mimalloc is loaded with dlopen(RTLD_LOCAL) and called through mi_malloc
- * and mi_free: linking libmimalloc.so into the program would interpose its
- * malloc/free on the whole process, and the "glibc" column would measure
- * mimalloc. Without the library the column is skipped with a message.
+ * mimalloc is loaded with dlopen (local_malloc.c: linked in, it would
+ * replace malloc for the "glibc" column too). Without the library the
+ * column is skipped with a message.
  *
  *   fmem-mallocbench [--threads N] [--workloads a,b] [--allocators
  *     glibc,mimalloc,fmem] [--scale X] [--repeat N] [--pool URI]
@@ -15,7 +14,6 @@
  * the fmem column on compactable heaps, with sequential and random
  * placement inside slabs (fmem_heap_new_compactable).
  *     [--rtt-ns N] [--json]                                               */
-#include <dlfcn.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +21,7 @@
 #include <time.h>
 
 #include "fmem-mallocbench.h"
+#include "local_malloc.h"
 #include "fmem.h"
 #include "fmem_far.h"
 
@@ -33,7 +32,10 @@ struct opts {
     int json;
 };
 
-static int listed(const char *list, const char *name)
+/* Whether `name` is in the comma-separated `list`; with `by_prefix` also
+ * when the list names it up to a '-' ("larson" for "larson-small", "fmem"
+ * for "fmem-compact"). Compactable heaps are chosen only when named exactly. */
+static int listed_as(const char *list, const char *name, int by_prefix)
 {
     size_t n = strlen(name);
     for (const char *s = list; s && *s;) {
@@ -41,21 +43,7 @@ static int listed(const char *list, const char *name)
         size_t len = e ? (size_t)(e - s) : strlen(s);
         if (len == n && strncmp(s, name, n) == 0)
             return 1;
-        if (len && strncmp(s, name, len) == 0 && name[len] == '-') /* "larson" */
-            return 1;
-        s = e ? e + 1 : NULL;
-    }
-    return 0;
-}
-
-/* Compactable heaps only when named exactly (not by the "fmem" prefix). */
-static int listed_exact(const char *list, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *s = list; s && *s;) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (len == n && strncmp(s, name, n) == 0)
+        if (by_prefix && len && strncmp(s, name, len) == 0 && name[len] == '-')
             return 1;
         s = e ? e + 1 : NULL;
     }
@@ -63,47 +51,6 @@ static int listed_exact(const char *list, const char *name)
 }
 
 /* ---- adapters -------------------------------------------------------------- */
-
-static void *glibc_malloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    return malloc(n);
-}
-static void glibc_free(void *ctx, void *p)
-{
-    (void)ctx;
-    free(p);
-}
-
-static void *(*mi_malloc_fn)(size_t);
-static void (*mi_free_fn)(void *);
-static void *mi_malloc_ad(void *ctx, size_t n)
-{
-    (void)ctx;
-    return mi_malloc_fn(n);
-}
-static void mi_free_ad(void *ctx, void *p)
-{
-    (void)ctx;
-    mi_free_fn(p);
-}
-
-static int load_mimalloc(void)
-{
-    const char *names[] = {"libmimalloc.so.2", "libmimalloc.so"};
-    for (unsigned i = 0; i < 2; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            continue;
-        *(void **)&mi_malloc_fn = dlsym(h, "mi_malloc");
-        *(void **)&mi_free_fn = dlsym(h, "mi_free");
-        if (mi_malloc_fn && mi_free_fn)
-            return 0;
-    }
-    fprintf(stderr, "mimalloc: libmimalloc.so.2 not found (apt-get install libmimalloc-dev); "
-                    "column skipped\n");
-    return -1;
-}
 
 static void *fmem_malloc_ad(void *ctx, size_t n)
 {
@@ -132,8 +79,8 @@ static int measure(const struct opts *o, fmem_pool *pool, const char *alloc,
         struct mb_alloc a = {alloc, glibc_malloc, glibc_free, NULL};
         fmem_heap *heap = NULL;
         if (strcmp(alloc, "mimalloc") == 0) {
-            a.malloc = mi_malloc_ad;
-            a.free = mi_free_ad;
+            a.malloc = mimalloc_malloc;
+            a.free = mimalloc_free;
         } else if (strncmp(alloc, "fmem", 4) == 0) {
             /* fmem-compact / fmem-random: compactable heaps (shm pools),
              * sequential or random placement */
@@ -242,12 +189,17 @@ int main(int argc, char **argv)
                 argv[0]);
         return 2;
     }
-    int have_mi = listed(o.allocators, "mimalloc") && load_mimalloc() == 0;
+    char why[96];
+    int have_mi = listed_as(o.allocators, "mimalloc", 1);
+    if (have_mi && mimalloc_load(why, sizeof why)) {
+        fprintf(stderr, "mimalloc: %s; column skipped\n", why);
+        have_mi = 0;
+    }
     char uri[64];
     snprintf(uri, sizeof uri, "mem:?size=1G&rtt_ns=%u", o.rtt_ns);
     fmem_pool *pool = NULL;
-    if (listed(o.allocators, "fmem") || listed_exact(o.allocators, "fmem-compact") ||
-        listed_exact(o.allocators, "fmem-random")) {
+    if (listed_as(o.allocators, "fmem", 1) || listed_as(o.allocators, "fmem-compact", 0) ||
+        listed_as(o.allocators, "fmem-random", 0)) {
         int rc = fmem_open(o.pool ? o.pool : uri, &pool);
         if (rc) {
             fprintf(stderr, "pool: %s\n", fmem_strerror(rc));
@@ -257,11 +209,11 @@ int main(int argc, char **argv)
     const char *allocs[] = {"glibc", "mimalloc", "fmem", "fmem-compact", "fmem-random"};
     for (unsigned i = 0; i < mb_nworkloads; i++) {
         const struct mb_workload *w = &mb_workloads[i];
-        if (o.workloads && !listed(o.workloads, w->name))
+        if (o.workloads && !listed_as(o.workloads, w->name, 1))
             continue;
         struct result glibc = {0};
         for (unsigned k = 0; k < 5; k++) {
-            if (k < 3 ? !listed(o.allocators, allocs[k]) : !listed_exact(o.allocators, allocs[k]))
+            if (!listed_as(o.allocators, allocs[k], k < 3))
                 continue;
             if ((k == 1 && !have_mi) || (k >= 2 && !pool))
                 continue;
