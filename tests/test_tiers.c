@@ -118,17 +118,45 @@ static uint64_t chunks_on(fmem_region *r, unsigned i)
     return paths[i].chunks;
 }
 
+/* What most tests set up: a pool, a region on it (skipping the test where
+ * userfaultfd is unavailable) and a zeroed shadow of the region; done()
+ * destroys the region and checks that the pool got all its chunks back. */
+struct fix {
+    fmem_pool *p;
+    fmem_region *r;
+    char *shadow;
+    fmem_stats_t before;
+};
+
+static void setup(struct fix *f, const char *uri)
+{
+    f->p = open_ok(uri);
+    cr_assert_eq(fmem_stats(f->p, &f->before), 0);
+    f->r = make_region(f->p);
+    f->shadow = calloc(1, SIZE);
+    cr_assert(f->shadow);
+}
+
+static void done(struct fix *f)
+{
+    cr_assert_eq(fmem_region_destroy(f->r), 0);
+    fmem_stats_t after;
+    cr_assert_eq(fmem_stats(f->p, &after), 0);
+    cr_assert_eq(after.allocated_bytes, f->before.allocated_bytes, "no chunk leaked");
+    cr_assert_eq(after.allocs - f->before.allocs, after.frees - f->before.frees);
+    free(f->shadow);
+    fmem_close(f->p);
+}
+
 /* mem: (node 0) and a slow node (node 1): after the run, the hot set is on
  * the fast node and nearly all of the cold set on the slow one, some
  * chunks having moved; after destroy the pool holds nothing. */
 static void warm_fast_cold_slow(const char *uri)
 {
-    fmem_pool *p = open_ok(uri);
-    fmem_stats_t before;
-    cr_assert_eq(fmem_stats(p, &before), 0);
-    fmem_region *r = make_region(p);
-    char *shadow = calloc(1, SIZE);
-    run(r, shadow, 60, 1);
+    struct fix f;
+    setup(&f, uri);
+    fmem_region *r = f.r;
+    run(r, f.shadow, 60, 1);
     fmem_region_stats_t rs;
     cr_assert_eq(fmem_region_stats(r, &rs), 0);
     cr_assert(rs.evictions > 0 && rs.fetches > 0, "the cache was too small to hold it all");
@@ -140,15 +168,9 @@ static void warm_fast_cold_slow(const char *uri)
               "the warm units are on the fast node and the cold ones on the slow node (%llu, %llu chunks)",
               (unsigned long long)fast, (unsigned long long)slow);
     fmem_node_stats_t ns;
-    cr_assert_eq(fmem_node_stats(p, 1, &ns), 0);
+    cr_assert_eq(fmem_node_stats(f.p, 1, &ns), 0);
     cr_assert(ns.held_bytes > 0 && ns.errors == 0, "the slow node holds the cold set");
-    cr_assert_eq(fmem_region_destroy(r), 0);
-    fmem_stats_t after;
-    cr_assert_eq(fmem_stats(p, &after), 0);
-    cr_assert_eq(after.allocated_bytes, before.allocated_bytes, "no chunk leaked");
-    cr_assert_eq(after.allocs - before.allocs, after.frees - before.frees);
-    free(shadow);
-    fmem_close(p);
+    done(&f);
 }
 
 Test(tiers, warm_fast_cold_slow_zmem)
@@ -167,15 +189,15 @@ Test(tiers, warm_fast_cold_slow_ssd)
  * NONE places by the links as without tiers; none of them moves a chunk. */
 static void explicit_tier(unsigned t, int want_fast, int want_slow)
 {
-    fmem_pool *p = open_ok("mem:?size=64M;zmem:?size=64M");
-    fmem_region *r = make_region(p);
+    struct fix f;
+    setup(&f, "mem:?size=64M;zmem:?size=64M");
+    fmem_region *r = f.r;
     tier(r, t);
     fmem_region_tuning got;
     cr_assert_eq(fmem_region_tuning_get(r, &got), 0);
     cr_assert_eq(got.tier, t);
     cr_assert(got.set & FMEM_REGION_TUNE_TIER);
-    char *shadow = calloc(1, SIZE);
-    run(r, shadow, 20, 0);
+    run(r, f.shadow, 20, 0);
     fmem_region_stats_t rs;
     cr_assert_eq(fmem_region_stats(r, &rs), 0);
     cr_assert_eq(rs.tier_moves, 0, "an explicit tier moves nothing");
@@ -185,9 +207,7 @@ static void explicit_tier(unsigned t, int want_fast, int want_slow)
         cr_assert_eq(fast > 0, want_fast, "fast node: %llu chunks", (unsigned long long)fast);
     if (want_slow >= 0)
         cr_assert_eq(slow > 0, want_slow, "slow node: %llu chunks", (unsigned long long)slow);
-    cr_assert_eq(fmem_region_destroy(r), 0);
-    free(shadow);
-    fmem_close(p);
+    done(&f);
 }
 
 Test(tiers, explicit_fast_wins)
@@ -208,19 +228,17 @@ Test(tiers, explicit_none_places_by_links)
 /* An explicit stripe width without an explicit tier places alone. */
 Test(tiers, explicit_stripe_turns_tiers_off)
 {
-    fmem_pool *p = open_ok("mem:?size=64M;zmem:?size=64M");
-    fmem_region *r = make_region(p);
+    struct fix f;
+    setup(&f, "mem:?size=64M;zmem:?size=64M");
+    fmem_region *r = f.r;
     fmem_region_tuning tu = {.set = FMEM_REGION_TUNE_STRIPE, .stripe = 1};
     cr_assert_eq(fmem_region_tune(r, &tu), 0);
-    char *shadow = calloc(1, SIZE);
-    run(r, shadow, 20, 0);
+    run(r, f.shadow, 20, 0);
     fmem_region_stats_t rs;
     cr_assert_eq(fmem_region_stats(r, &rs), 0);
     cr_assert_eq(rs.tier_moves, 0);
     cr_assert_eq(chunks_on(r, 1), 0, "a stripe of one keeps all on node 0");
-    cr_assert_eq(fmem_region_destroy(r), 0);
-    free(shadow);
-    fmem_close(p);
+    done(&f);
 }
 
 Test(tiers, bad_tier_refused)
@@ -244,23 +262,15 @@ Test(tiers, full_ssd_loses_nothing)
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
     char uri[256];
     snprintf(uri, sizeof uri, "mem:?size=64M;ssd:%s?size=64M", ssd_path);
-    fmem_pool *p = open_ok(uri);
-    fmem_stats_t before;
-    cr_assert_eq(fmem_stats(p, &before), 0);
-    fmem_region *r = make_region(p);
-    char *shadow = calloc(1, SIZE);
-    run(r, shadow, 30, 1);
+    struct fix f;
+    setup(&f, uri);
+    run(f.r, f.shadow, 30, 1);
     fmem_node_stats_t ns;
-    cr_assert_eq(fmem_node_stats(p, 1, &ns), 0);
+    cr_assert_eq(fmem_node_stats(f.p, 1, &ns), 0);
     cr_assert(ns.errors > 0 && strstr(ns.last_error, "File too large"), "error: '%s'",
               ns.last_error);
-    cr_assert(chunks_on(r, 0) > HOT, "the cold units that could not move stayed on mem:");
-    cr_assert_eq(fmem_region_destroy(r), 0);
-    fmem_stats_t after;
-    cr_assert_eq(fmem_stats(p, &after), 0);
-    cr_assert_eq(after.allocated_bytes, before.allocated_bytes, "no chunk leaked");
-    free(shadow);
-    fmem_close(p);
+    cr_assert(chunks_on(f.r, 0) > HOT, "the cold units that could not move stayed on mem:");
+    done(&f);
 }
 
 /* Stress: two threads, each on its own half of the units with its own
@@ -290,11 +300,10 @@ static void *work(void *arg)
 
 Test(tiers, two_threads_while_chunks_move)
 {
-    fmem_pool *p = open_ok("mem:?size=64M;zmem:?size=64M");
-    fmem_stats_t before;
-    cr_assert_eq(fmem_stats(p, &before), 0);
-    fmem_region *r = make_region(p);
-    char *base = fmem_region_base(r), *shadow = calloc(1, SIZE);
+    struct fix f;
+    setup(&f, "mem:?size=64M;zmem:?size=64M");
+    fmem_region *r = f.r;
+    char *base = fmem_region_base(r), *shadow = f.shadow;
     struct worker w[2];
     pthread_t t[2];
     for (int i = 0; i < 2; i++) {
@@ -312,10 +321,5 @@ Test(tiers, two_threads_while_chunks_move)
     fmem_region_stats_t rs;
     cr_assert_eq(fmem_region_stats(r, &rs), 0);
     cr_assert(rs.tier_moves > 0, "chunks moved meanwhile");
-    cr_assert_eq(fmem_region_destroy(r), 0);
-    fmem_stats_t after;
-    cr_assert_eq(fmem_stats(p, &after), 0);
-    cr_assert_eq(after.allocated_bytes, before.allocated_bytes, "no chunk leaked");
-    free(shadow);
-    fmem_close(p);
+    done(&f);
 }
