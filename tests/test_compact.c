@@ -146,13 +146,37 @@ static void two_slabs(fmem_heap *h, void **a, void **b, size_t cap)
     }
 }
 
+/* A compactable heap holding two_slabs() (a and b, cap entries each). */
+struct two {
+    fmem_heap *h;
+    size_t cap;
+    void **a, **b;
+};
+
+static void two_up(struct two *t)
+{
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &t->h), 0);
+    t->cap = FMEM_HEAP_SLAB_SIZE / 64;
+    t->a = calloc(t->cap, sizeof *t->a);
+    t->b = calloc(t->cap, sizeof *t->b);
+    cr_assert(t->a && t->b);
+    two_slabs(t->h, t->a, t->b, t->cap);
+}
+
+static void two_down(struct two *t)
+{
+    fmem_heap_destroy(t->h);
+    free(t->a);
+    free(t->b);
+}
+
 Test(compact, both_addresses_show_one_object)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
-    size_t cap = FMEM_HEAP_SLAB_SIZE / 64;
-    void **a = calloc(cap, sizeof *a), **b = calloc(cap, sizeof *b);
-    two_slabs(h, a, b, cap);
+    struct two fx;
+    two_up(&fx);
+    fmem_heap *h = fx.h;
+    size_t cap = fx.cap;
+    void **a = fx.a, **b = fx.b;
     struct slab *sa = pagemap_get(&h->map, a[0]), *sb = pagemap_get(&h->map, b[1]);
     cr_assert_neq(sa, sb);
     struct theap *th = theap_peek(h);
@@ -195,9 +219,7 @@ Test(compact, both_addresses_show_one_object)
     cr_assert_eq(st.remote_bytes, 0);
     /* the alias range went with the survivor */
     cr_assert_null(pagemap_get(&h->map, base_b));
-    fmem_heap_destroy(h);
-    free(a);
-    free(b);
+    two_down(&fx);
 }
 
 /* A survivor is merged in turn: its alias moves with it. */
@@ -508,15 +530,15 @@ static void fence_hook(int step)
  * merged ends up in the survivor, seen through both addresses. */
 Test(compact, a_write_racing_a_merge_is_kept)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
-    if (!compact_fenced(h)) {
-        fmem_heap_destroy(h);
+    struct two fx;
+    two_up(&fx);
+    if (!compact_fenced(fx.h)) {
+        two_down(&fx);
         cr_skip_test("no userfaultfd write-protection here: merges are not fenced");
     }
-    size_t cap = FMEM_HEAP_SLAB_SIZE / 64;
-    void **a = calloc(cap, sizeof *a), **b = calloc(cap, sizeof *b);
-    two_slabs(h, a, b, cap);
+    fmem_heap *h = fx.h;
+    size_t cap = fx.cap;
+    void **a = fx.a, **b = fx.b;
     struct slab *sa = pagemap_get(&h->map, a[0]), *sb = pagemap_get(&h->map, b[1]);
     fence_target = b[1];
     char *twin = sa->start + ((char *)b[1] - sb->start);
@@ -533,9 +555,7 @@ Test(compact, a_write_racing_a_merge_is_kept)
     }
     for (size_t i = 3; i < cap; i += 2) /* the other objects as they were */
         cr_assert(same(b[i], 64, 100000 + i));
-    fmem_heap_destroy(h);
-    free(a);
-    free(b);
+    two_down(&fx);
 }
 
 /* Stress: a thread keeps writing counters into objects of the compacting
@@ -657,11 +677,11 @@ Test(compact, region_heaps_refuse_clearly)
 
 Test(compact, fork_child_writes_do_not_reach_the_parent)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
-    size_t cap = FMEM_HEAP_SLAB_SIZE / 64;
-    void **a = calloc(cap, sizeof *a), **b = calloc(cap, sizeof *b);
-    two_slabs(h, a, b, cap);
+    struct two fx;
+    two_up(&fx);
+    fmem_heap *h = fx.h;
+    size_t cap = fx.cap;
+    void **a = fx.a, **b = fx.b;
     cr_assert_gt(fmem_heap_compact(h, 0), 0);
     /* free slots that still map their chunks (slabs emptied and given back) */
     enum { NK = 640 };
@@ -705,7 +725,5 @@ Test(compact, fork_child_writes_do_not_reach_the_parent)
         if (b[i])
             cr_assert(same(b[i], 64, 100000 + i), "the child's write reached the parent");
     }
-    fmem_heap_destroy(h);
-    free(a);
-    free(b);
+    two_down(&fx);
 }
