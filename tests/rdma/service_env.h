@@ -1,12 +1,17 @@
 /* service_env.h - what the verbs service tests get from tests/rdma/vm-check.sh:
  * the fmemd socket (FMEM_TEST_SVC=unix:SOCKET), the memory node
  * (FMEM_TEST_RDMA="HOST PORT TOKEN_FILE") and fmemd's path
- * (FMEM_TEST_FMEMD). Include after criterion and fmem.h. */
+ * (FMEM_TEST_FMEMD), and what the tests do with them. Include after
+ * criterion, fmem.h, fmem_admin.h, pool_internal.h and wkeys.h. */
 #ifndef FMEM_TESTS_RDMA_SERVICE_ENV_H
 #define FMEM_TESTS_RDMA_SERVICE_ENV_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+#include "node_env.h"
 
 static inline const char *svc(void)
 {
@@ -24,15 +29,10 @@ static inline fmem_pool *app(void)
     return p;
 }
 
-/* The memory node and its URI, filled by memory_node(). */
-static char host[64], port[8], token[256], node[400];
-
+/* The memory node (host, port, token) and its URI (node). */
 static inline void memory_node(void)
 {
-    const char *e = getenv("FMEM_TEST_RDMA");
-    cr_assert(e && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
-              "FMEM_TEST_RDMA=\"HOST PORT TOKEN_FILE\" is needed");
-    snprintf(node, sizeof node, "rdma://%s:%s?token=%s", host, port, token);
+    node_from_env("FMEM_TEST_RDMA");
 }
 
 static inline const char *fmemd_path(void)
@@ -40,6 +40,42 @@ static inline const char *fmemd_path(void)
     const char *f = getenv("FMEM_TEST_FMEMD");
     cr_assert(f && *f, "FMEM_TEST_FMEMD=path of fmemd is needed");
     return f;
+}
+
+/* The bytes the pool holds, seen by an observer pool of the memory node. */
+static inline uint64_t pool_bytes(fmem_pool *observer)
+{
+    fmem_stats_t st;
+    cr_assert_eq(fmem_stats(observer, &st), 0);
+    return st.allocated_bytes;
+}
+
+/* Poll the pool up to `polls` times, `poll_us` apart, until it holds `want`
+ * bytes (fmemd or the memory node reaping takes a while); returns what it
+ * holds at the end. */
+static inline uint64_t wait_pool_bytes(fmem_pool *observer, uint64_t want, int polls,
+                                       unsigned poll_us)
+{
+    uint64_t now = 0;
+    for (int i = 0; i < polls && (now = pool_bytes(observer)) != want; i++)
+        usleep(poll_us);
+    return now;
+}
+
+/* The test playing a service (a pool `svc` of its own over RDMA, session
+ * `session`): write fmemd's heartbeat and session words `beats` times,
+ * 300 ms apart, as fmemd does; when the test stops, the service falls
+ * silent and the memory node fences and recovers it. */
+static inline void play_service_heartbeats(fmem_pool *svc, uint64_t session, uint32_t beats)
+{
+    struct node *n = svc->nodes[0];
+    uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE;
+    uint64_t where = n->tp->wkeys_off + wk_hb_pair(n->g.nchunks, (unsigned)fmem_user_id(svc, 0));
+    for (uint32_t beat = 1; beat <= beats; beat++) {
+        uint64_t w[2] = {(uint64_t)mine << 32 | beat, session};
+        cr_assert_eq(tp_write(n->tp, where, w, sizeof w), 0);
+        usleep(300000);
+    }
 }
 
 #endif

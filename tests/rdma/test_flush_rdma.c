@@ -16,15 +16,11 @@
 #include "transport.h"
 #include "verbs/transport_verbs.h"
 
-static char uri[400];
+#include "node_env.h"
 
 static void setup(void)
 {
-    char host[64], port[8], token[256];
-    const char *e = getenv("FMEM_TEST_RDMA");
-    cr_assert(e && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
-              "FMEM_TEST_RDMA=\"HOST PORT TOKEN_FILE\" is needed");
-    snprintf(uri, sizeof uri, "rdma://%s:%s?token=%s", host, port, token);
+    node_from_env("FMEM_TEST_RDMA");
 }
 
 TestSuite(flush_rdma, .init = setup, .timeout = 300);
@@ -32,7 +28,7 @@ TestSuite(flush_rdma, .init = setup, .timeout = 300);
 Test(flush_rdma, allocation_takes_fewer_than_two_round_trips)
 {
     fmem_pool *p;
-    cr_assert_eq(fmem_open(uri, &p), 0);
+    cr_assert_eq(fmem_open(node, &p), 0);
     enum { N = 64 };
     fmem_handle h[N];
     struct tp_trace before = tp_trace;
@@ -98,7 +94,7 @@ static void *freer(void *arg)
 
 Test(flush_rdma, freed_at_once_by_another_thread)
 {
-    cr_assert_eq(fmem_open(uri, &ho.p), 0);
+    cr_assert_eq(fmem_open(node, &ho.p), 0);
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, freer, NULL), 0);
     for (unsigned i = 0; i < HANDOFF; i++) {
@@ -127,7 +123,7 @@ Test(flush_rdma, freed_at_once_by_another_thread)
 Test(flush_rdma, own_free_takes_one_round_trip)
 {
     fmem_pool *p;
-    cr_assert_eq(fmem_open(uri, &p), 0);
+    cr_assert_eq(fmem_open(node, &p), 0);
     /* one size at a time: blocks of different sizes may share a slot of
      * the per-thread record (alloc.c, own_slot) and then take the checks */
     enum { N = 64 };
@@ -168,7 +164,7 @@ static void *free_other(void *arg)
 
 Test(flush_rdma, stale_own_free_is_refused)
 {
-    cr_assert_eq(fmem_open(uri, &stale_p), 0);
+    cr_assert_eq(fmem_open(node, &stale_p), 0);
     enum { N = 16 };
     fmem_handle h[N];
     for (int i = 0; i < N; i++)

@@ -16,14 +16,12 @@
 #include "transport.h"
 #include "verbs/transport_verbs.h"
 
-static char host[64], port[8], token[256], uri[400];
+#include "key_probe.h"
+#include "node_env.h"
 
 static void setup(void)
 {
-    const char *e = getenv("FMEM_TEST_RDMA_MW2");
-    cr_assert(e && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
-              "FMEM_TEST_RDMA_MW2=\"HOST PORT TOKEN_FILE\" is needed");
-    snprintf(uri, sizeof uri, "rdma://%s:%s?token=%s", host, port, token);
+    node_from_env("FMEM_TEST_RDMA_MW2");
 }
 
 TestSuite(mw2, .init = setup, .timeout = 120);
@@ -47,21 +45,6 @@ static struct transport *application(const char *h, const char *pt)
     return t;
 }
 
-static int peek(struct transport *t, uint64_t off, uint32_t rkey, uint64_t *out)
-{
-    struct tp_op op = {.kind = TP_READ, .off = off, .buf = out, .len = 8, .rkey = rkey};
-    return tp_batch(t, &op, 1);
-}
-
-static void refused(struct transport *t, uint64_t off, uint32_t rkey, const char *what)
-{
-    uint64_t v = 0, before = verbs_transport_refused(t);
-    int rc = peek(t, off, rkey, &v);
-    cr_assert_eq(rc, FMEM_EACCES, "%s: expected a remote access error, got %s", what,
-                 rc ? fmem_strerror(rc) : "success");
-    cr_assert_eq(verbs_transport_refused(t), before + 1, "%s: not refused by the NIC", what);
-}
-
 static void works(struct transport *t, uint64_t off, uint32_t rkey, uint64_t want,
                   const char *what)
 {
@@ -73,7 +56,7 @@ static void works(struct transport *t, uint64_t off, uint32_t rkey, uint64_t wan
 
 Test(mw2, stolen_key_is_refused_from_another_queue_pair)
 {
-    fmem_pool *p = owner(uri);
+    fmem_pool *p = owner(node);
     struct transport *s = svc(p), *a = application(host, port), *b = application(host, port);
     cr_assert_eq(verbs_transport_mw_type(s), 2, "the memory node is not in mw=type2");
     fmem_handle h;
@@ -114,7 +97,7 @@ static void note_window(uint32_t *w, unsigned *n, uint32_t k)
 
 Test(mw2, revoked_key_is_refused_and_a_rebind_has_a_new_key)
 {
-    fmem_pool *p = owner(uri);
+    fmem_pool *p = owner(node);
     struct transport *s = svc(p), *a = application(host, port);
     fmem_handle h;
     cr_assert_eq(fmem_alloc(p, 65536, &h), 0);
@@ -154,7 +137,7 @@ Test(mw2, revoked_key_is_refused_and_a_rebind_has_a_new_key)
 
 Test(mw2, bad_bind_requests)
 {
-    fmem_pool *p = owner(uri);
+    fmem_pool *p = owner(node);
     struct transport *s = svc(p), *a = application(host, port);
     uint32_t qa = verbs_transport_peer_qp(a), k;
     /* no such application connection: the service's own end is not one */

@@ -21,14 +21,12 @@
 #include "transport.h"
 #include "verbs/transport_verbs.h"
 
-static char host[64], port[8], token[256], uri[400];
+#include "key_probe.h"
+#include "node_env.h"
 
 static void setup(void)
 {
-    const char *e = getenv("FMEM_TEST_RDMA");
-    cr_assert(e && sscanf(e, "%63s %7s %255s", host, port, token) == 3,
-              "FMEM_TEST_RDMA=\"HOST PORT TOKEN_FILE\" is needed");
-    snprintf(uri, sizeof uri, "rdma://%s:%s?token=%s", host, port, token);
+    node_from_env("FMEM_TEST_RDMA");
 }
 
 TestSuite(security, .init = setup, .timeout = 120);
@@ -36,8 +34,8 @@ TestSuite(security, .init = setup, .timeout = 120);
 static fmem_pool *owner(void)
 {
     fmem_pool *p;
-    int rc = fmem_open(uri, &p);
-    cr_assert_eq(rc, 0, "open %s: %s", uri, fmem_strerror(rc));
+    int rc = fmem_open(node, &p);
+    cr_assert_eq(rc, 0, "open %s: %s", node, fmem_strerror(rc));
     return p;
 }
 
@@ -49,23 +47,6 @@ static struct transport *attacker(void)
     cr_assert_eq(rc, 0, "application connection: %s", fmem_strerror(rc));
     cr_assert_eq(t->wkeys_size, 0, "an application must not learn the key table");
     return t;
-}
-
-/* The attacker reads 8 bytes at pool offset `off` with `rkey`. */
-static int peek(struct transport *t, uint64_t off, uint32_t rkey, uint64_t *out)
-{
-    struct tp_op op = {.kind = TP_READ, .off = off, .buf = out, .len = 8, .rkey = rkey};
-    return tp_batch(t, &op, 1);
-}
-
-/* The attempt must be refused by the NIC (and counted as such). */
-static void refused(struct transport *t, uint64_t off, uint32_t rkey, const char *what)
-{
-    uint64_t v = 0, before = verbs_transport_refused(t);
-    int rc = peek(t, off, rkey, &v);
-    cr_assert_eq(rc, FMEM_EACCES, "%s: expected a remote access error, got %s", what,
-                 rc ? fmem_strerror(rc) : "success");
-    cr_assert_eq(verbs_transport_refused(t), before + 1, "%s: not refused by the NIC", what);
 }
 
 static uint64_t data(struct transport *t, const fmem_handle *h) { return t->meta_size + h->addr; }

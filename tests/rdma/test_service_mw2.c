@@ -38,13 +38,6 @@ static int raw_read(struct transport *t, const fmem_handle *h, uint64_t *v)
     return tp_batch(t, &op, 1);
 }
 
-static uint64_t pool_bytes(fmem_pool *observer)
-{
-    fmem_stats_t st;
-    cr_assert_eq(fmem_stats(observer, &st), 0);
-    return st.allocated_bytes;
-}
-
 TestSuite(service_mw2, .timeout = 120);
 
 /* The owner reaches its blocks through its own queue pair; the same key
@@ -124,9 +117,8 @@ Test(service_mw2, free_and_alloc_many_rounds)
         cr_assert_eq(fmem_free(a, &h), 0, "round %d", i);
     }
     fmem_close(a);
-    uint64_t now = before;
-    for (int i = 0; i < 100 && (now = pool_bytes(observer)) != before; i++)
-        usleep(50000); /* quarantined blocks go back once their windows died */
+    /* quarantined blocks go back once their windows died */
+    uint64_t now = wait_pool_bytes(observer, before, 100, 50000);
     cr_assert_eq(now, before, "%llu bytes still held", (unsigned long long)(now - before));
     fmem_close(observer);
 }
@@ -167,9 +159,7 @@ Test(service_mw2, killed_application_is_revoked_and_freed)
         cr_assert_eq(raw_read(t, &h[i], &v), FMEM_EACCES, "key %d works from another QP", i);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    uint64_t now = before;
-    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
-        usleep(50000);
+    uint64_t now = wait_pool_bytes(observer, before, 300, 50000);
     cr_assert_eq(now, before, "the dead application's blocks were not freed (%llu bytes)",
                  (unsigned long long)(now - before));
     fmem_verify_report r;
@@ -219,18 +209,9 @@ Test(service_mw2, fenced_services_keys_die_before_its_blocks_are_recovered)
                            .len = 8, .rkey = key[i]};
         cr_assert_eq(tp_batch(t[i], &op, 1), 0, "the bound key must work from its queue pair");
     }
-    uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE;
-    uint64_t where = n->tp->wkeys_off +
-                     wk_hb_pair(n->g.nchunks, (unsigned)fmem_user_id(svc_pool, 0));
-    for (uint32_t beat = 1; beat <= 3; beat++) {
-        uint64_t w[2] = {(uint64_t)mine << 32 | beat, session};
-        cr_assert_eq(tp_write(n->tp, where, w, sizeof w), 0);
-        usleep(300000);
-    }
+    play_service_heartbeats(svc_pool, session, 3);
     /* silent from here: fenced, then recovered */
-    uint64_t now = before;
-    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
-        usleep(100000);
+    uint64_t now = wait_pool_bytes(observer, before, 300, 100000);
     cr_assert_eq(now, before, "the silent service was not recovered");
     for (int i = 0; i < 4; i++) {
         struct tp_op op = {.kind = TP_READ, .off = t[i]->meta_size + h[i].addr, .buf = &v,
@@ -302,9 +283,7 @@ Test(service_mw2, applications_killed_at_random, .timeout = 1800)
         cr_assert(WIFSIGNALED(st), "application %d exited by itself (status %#x)", k, st);
         if ((k + 1) % wave == 0) {
             cr_assert_eq(fmem_open(node, &observer), 0);
-            uint64_t now = before;
-            for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
-                usleep(100000);
+            uint64_t now = wait_pool_bytes(observer, before, 600, 100000);
             fmem_close(observer);
             cr_assert_eq(now, before, "after %d kills %llu bytes are still held", k + 1,
                          (unsigned long long)(now - before));
@@ -312,9 +291,7 @@ Test(service_mw2, applications_killed_at_random, .timeout = 1800)
     }
     cr_assert_eq(started, kills);
     cr_assert_eq(fmem_open(node, &observer), 0);
-    uint64_t now = before;
-    for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
-        usleep(100000);
+    uint64_t now = wait_pool_bytes(observer, before, 600, 100000);
     cr_assert_eq(now, before, "after %d kills %llu bytes are still held", kills,
                  (unsigned long long)(now - before));
     fmem_verify_report r;
@@ -349,6 +326,17 @@ static pid_t crashing_fmemd(const char *cp, char *uri, size_t n)
     return pid;
 }
 
+/* The start of a crash test: the memory node, an observer of its pool and
+ * what the pool holds (*before), and an fmemd set to crash at `cp`. */
+static pid_t crash_test_start(const char *cp, fmem_pool **observer, uint64_t *before, char *uri,
+                              size_t n)
+{
+    memory_node();
+    cr_assert_eq(fmem_open(node, observer), 0);
+    *before = pool_bytes(*observer);
+    return crashing_fmemd(cp, uri, n);
+}
+
 static void expect_crashed(pid_t pid, const char *cp)
 {
     int st = 0;
@@ -363,9 +351,7 @@ static void expect_crashed(pid_t pid, const char *cp)
  * what it held before, and the verifier is clean. */
 static void expect_recovered(fmem_pool *observer, uint64_t before, const char *cp)
 {
-    uint64_t now = before;
-    for (int i = 0; i < 600 && (now = pool_bytes(observer)) != before; i++)
-        usleep(100000);
+    uint64_t now = wait_pool_bytes(observer, before, 600, 100000);
     cr_assert_eq(now, before, "crash at %s: %llu bytes lost", cp,
                  (unsigned long long)(now - before));
     fmem_verify_report r;
@@ -378,12 +364,10 @@ static void expect_recovered(fmem_pool *observer, uint64_t before, const char *c
  * the application not answered. */
 Test(service_mw2, fmemd_crash_after_bind, .timeout = 300)
 {
-    memory_node();
     fmem_pool *observer;
-    cr_assert_eq(fmem_open(node, &observer), 0);
-    uint64_t before = pool_bytes(observer);
+    uint64_t before;
     char uri[160];
-    pid_t d = crashing_fmemd("bind", uri, sizeof uri);
+    pid_t d = crash_test_start("bind", &observer, &before, uri, sizeof uri);
     fmem_pool *p;
     cr_assert_eq(fmem_open(uri, &p), 0);
     fmem_handle h;
@@ -397,12 +381,10 @@ Test(service_mw2, fmemd_crash_after_bind, .timeout = 300)
 /* "free": the application's key invalidated, the block not freed yet. */
 Test(service_mw2, fmemd_crash_between_invalidate_and_free, .timeout = 300)
 {
-    memory_node();
     fmem_pool *observer;
-    cr_assert_eq(fmem_open(node, &observer), 0);
-    uint64_t before = pool_bytes(observer);
+    uint64_t before;
     char uri[160];
-    pid_t d = crashing_fmemd("free", uri, sizeof uri);
+    pid_t d = crash_test_start("free", &observer, &before, uri, sizeof uri);
     fmem_pool *p;
     cr_assert_eq(fmem_open(uri, &p), 0);
     fmem_handle h;
@@ -421,12 +403,10 @@ Test(service_mw2, fmemd_crash_between_invalidate_and_free, .timeout = 300)
  * still bound. Everything comes back through the memory node. */
 Test(service_mw2, fmemd_crash_in_reaper, .timeout = 300)
 {
-    memory_node();
     fmem_pool *observer;
-    cr_assert_eq(fmem_open(node, &observer), 0);
-    uint64_t before = pool_bytes(observer);
+    uint64_t before;
     char uri[160];
-    pid_t d = crashing_fmemd("reap", uri, sizeof uri);
+    pid_t d = crash_test_start("reap", &observer, &before, uri, sizeof uri);
     int ready[2];
     cr_assert_eq(pipe(ready), 0);
     pid_t a = fork();
@@ -507,9 +487,7 @@ Test(service_mw2, killed_forked_applications_leave_no_rdma_objects, .timeout = 3
         close(ready[0]);
         close(ready[1]);
     }
-    uint64_t now = before;
-    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != before; i++)
-        usleep(100000);
+    uint64_t now = wait_pool_bytes(observer, before, 300, 100000);
     cr_assert_eq(now, before, "the applications' blocks were not freed");
     long left = rdma_objects();
     for (int i = 0; i < 100 && left > objs + 2; i++) {

@@ -133,22 +133,6 @@ static pid_t spawn_fmemd(const char *fmemd, const char *node, const char *sock)
     return pid;
 }
 
-static uint64_t pool_bytes(fmem_pool *observer)
-{
-    fmem_stats_t st;
-    cr_assert_eq(fmem_stats(observer, &st), 0);
-    return st.allocated_bytes;
-}
-
-/* Wait up to 30 s for the pool to hold `want` bytes; returns what it holds. */
-static uint64_t wait_pool_bytes(fmem_pool *observer, uint64_t want)
-{
-    uint64_t now = 0;
-    for (int i = 0; i < 300 && (now = pool_bytes(observer)) != want; i++)
-        usleep(100000);
-    return now;
-}
-
 /* An fmemd on the memory node at `sock`, an application of it holding n
  * blocks (4-32 KiB), and an observer of the pool; *before: the pool's bytes
  * before the blocks. */
@@ -178,7 +162,7 @@ Test(service_rdma, killed_fmemd_is_recovered_by_the_memory_node)
     fmem_handle h;
     kill(d, SIGKILL);
     waitpid(d, NULL, 0);
-    uint64_t now = wait_pool_bytes(observer, before);
+    uint64_t now = wait_pool_bytes(observer, before, 300, 100000);
     cr_assert_eq(now, before, "the dead fmemd's blocks were not recovered (%llu bytes left)",
                  (unsigned long long)(now - before));
     cr_assert_neq(fmem_alloc(p, 4096, &h), 0, "an application of a dead fmemd cannot allocate");
@@ -215,15 +199,9 @@ Test(service_rdma, silent_service_is_fenced_before_recovery)
     for (int i = 0; i < 8; i++)
         cr_assert_eq(fmem_alloc(svc, 4096u << i, &h[i]), 0);
     cr_assert_gt(pool_bytes(observer), before);
-    uint32_t mine = (uint32_t)getpid() | NODE_PID_REMOTE;
-    uint64_t where = n->tp->wkeys_off + wk_hb_pair(n->g.nchunks, (unsigned)fmem_user_id(svc, 0));
-    for (uint32_t beat = 1; beat <= 4; beat++) {
-        uint64_t v[2] = {(uint64_t)mine << 32 | beat, session};
-        cr_assert_eq(tp_write(n->tp, where, v, sizeof v), 0);
-        usleep(300000);
-    }
+    play_service_heartbeats(svc, session, 4);
     /* silent from here: the memory node takes us for dead */
-    uint64_t now = wait_pool_bytes(observer, before);
+    uint64_t now = wait_pool_bytes(observer, before, 300, 100000);
     cr_assert_eq(now, before, "the silent service was not recovered");
     uint64_t v = 0;
     cr_assert_neq(fmem_read(svc, &h[0], 0, &v, 8), 0, "a fenced service still reaches the pool");
@@ -254,7 +232,7 @@ Test(service_rdma, stopped_fmemd_exits_when_woken)
     uint64_t before;
     pid_t d = fmemd_holding_blocks("/tmp/fmemd-stop.sock", 16, &observer, &p, &before);
     kill(d, SIGSTOP);
-    uint64_t now = wait_pool_bytes(observer, before);
+    uint64_t now = wait_pool_bytes(observer, before, 300, 100000);
     cr_assert_eq(now, before, "the stopped fmemd was not recovered");
     kill(d, SIGCONT);
     int st = 0;
@@ -298,7 +276,7 @@ Test(service_rdma, handle_of_a_killed_fmemd_is_stale)
     cr_assert_eq(fmem_write(a, &ha, 0, "A's data", 9), 0);
     kill(d1, SIGKILL);
     waitpid(d1, NULL, 0);
-    uint64_t now = wait_pool_bytes(observer, before);
+    uint64_t now = wait_pool_bytes(observer, before, 300, 100000);
     cr_assert_eq(now, before, "fmemd 1's block was not recovered");
     fmem_handle other[16];
     int n = 0;
