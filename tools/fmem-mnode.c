@@ -1,22 +1,14 @@
 /* fmem-mnode - the memory node daemon, in the foreground. See --help. */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "daemon_signals.h"
 #include "service/ids.h"
 #include "service/mnode.h"
-
-static _Atomic int stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    atomic_store(&stop, 1);
-}
 
 static int usage(FILE *f)
 {
@@ -59,7 +51,7 @@ int main(int argc, char **argv)
 {
     struct mnode_config c = {.socket_mode = 0660, .heartbeat_ms = 1000, .miss_limit = 3,
                              .regen_ms = 100, .sweep_ms = 5000, .allow_uid = (uid_t)-1,
-                             .stop = &stop};
+                             .stop = &daemon_stop};
     static const struct option opts[] = {
         {"pool", 1, 0, 'p'},       {"socket", 1, 0, 's'}, {"mode", 1, 0, 'm'},
         {"heartbeat-ms", 1, 0, 'H'}, {"miss", 1, 0, 'M'}, {"regen-ms", 1, 0, 'r'},
@@ -110,9 +102,6 @@ int main(int argc, char **argv)
         snprintf(token, sizeof token, "%s.token", c.socket_path);
         c.token_path = token;
     }
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    daemon_signals_install();
     return mnode_run(&c);
 }

@@ -2,23 +2,15 @@
  * See --help. */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "service/daemon.h"
 #include "cli.h"
+#include "daemon_signals.h"
 #include "service/ids.h"
 #include "uri.h"
-
-static _Atomic int stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    atomic_store(&stop, 1);
-}
 
 static int usage(FILE *f)
 {
@@ -61,7 +53,7 @@ static uint64_t num(const char *opt, const char *s, uint64_t max)
 int main(int argc, char **argv)
 {
     struct fmemd_config c = {.socket_mode = 0660, .spin_ns = 50000, .connect_ms = 10000,
-                             .allow_uid = (uid_t)-1, .allow_gid = (gid_t)-1, .stop = &stop,
+                             .allow_uid = (uid_t)-1, .allow_gid = (gid_t)-1, .stop = &daemon_stop,
                              .name = "fmemd"};
     static const struct option opts[] = {
         {"mnode", 1, 0, 'n'},         {"socket", 1, 0, 's'},    {"mode", 1, 0, 'm'},
@@ -126,9 +118,6 @@ int main(int argc, char **argv)
         return cli_error("fmemd", "unexpected argument (options only)");
     if (!c.nmnodes || !c.socket_path)
         return cli_error("fmemd", "--mnode and --socket are required");
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    daemon_signals_install();
     return fmemd_run(&c);
 }
