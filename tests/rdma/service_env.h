@@ -2,7 +2,8 @@
  * the fmemd socket (FMEM_TEST_SVC=unix:SOCKET), the memory node
  * (FMEM_TEST_RDMA="HOST PORT TOKEN_FILE") and fmemd's path
  * (FMEM_TEST_FMEMD), and what the tests do with them. Include after
- * criterion, fmem.h, fmem_admin.h, pool_internal.h and wkeys.h. */
+ * criterion, fmem.h, fmem_admin.h, pool_internal.h, wkeys.h and
+ * verbs/transport_verbs.h. */
 #ifndef FMEM_TESTS_RDMA_SERVICE_ENV_H
 #define FMEM_TESTS_RDMA_SERVICE_ENV_H
 
@@ -60,6 +61,20 @@ static inline uint64_t wait_pool_bytes(fmem_pool *observer, uint64_t want, int p
     for (int i = 0; i < polls && (now = pool_bytes(observer)) != want; i++)
         usleep(poll_us);
     return now;
+}
+
+/* The start of a test that plays a service: the memory node, an observer
+ * of its pool and what the pool holds (*before), and the played service's
+ * own pool over RDMA (*svc); returns the service's session. */
+static inline uint64_t play_service_open(fmem_pool **observer, uint64_t *before, fmem_pool **svc)
+{
+    memory_node();
+    cr_assert_eq(fmem_open(node, observer), 0);
+    *before = pool_bytes(*observer);
+    cr_assert_eq(fmem_open(node, svc), 0);
+    uint64_t session = verbs_transport_session((*svc)->nodes[0]->tp);
+    cr_assert_neq(session, 0);
+    return session;
 }
 
 /* The test playing a service (a pool `svc` of its own over RDMA, session

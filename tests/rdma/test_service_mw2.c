@@ -183,14 +183,10 @@ Test(service_mw2, killed_application_is_revoked_and_freed)
  * pair of its own). */
 Test(service_mw2, fenced_services_keys_die_before_its_blocks_are_recovered)
 {
-    memory_node();
     fmem_pool *observer, *svc_pool;
-    cr_assert_eq(fmem_open(node, &observer), 0);
-    uint64_t before = pool_bytes(observer);
-    cr_assert_eq(fmem_open(node, &svc_pool), 0);
+    uint64_t before;
+    uint64_t session = play_service_open(&observer, &before, &svc_pool);
     struct node *n = svc_pool->nodes[0];
-    uint64_t session = verbs_transport_session(n->tp);
-    cr_assert_neq(session, 0);
     /* one application queue pair per key: a refusal breaks its queue
      * pair, and each key must be tried on the very one it is bound to */
     struct transport *t[4];

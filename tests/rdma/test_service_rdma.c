@@ -187,14 +187,10 @@ Test(service_rdma, killed_fmemd_is_recovered_by_the_memory_node)
  * would still send can reach the pool that was recovered under it. */
 Test(service_rdma, silent_service_is_fenced_before_recovery)
 {
-    memory_node();
     fmem_pool *observer, *svc;
-    cr_assert_eq(fmem_open(node, &observer), 0);
-    uint64_t before = pool_bytes(observer);
-    cr_assert_eq(fmem_open(node, &svc), 0);
+    uint64_t before;
+    uint64_t session = play_service_open(&observer, &before, &svc);
     struct node *n = svc->nodes[0];
-    uint64_t session = verbs_transport_session(n->tp);
-    cr_assert_neq(session, 0);
     fmem_handle h[8];
     for (int i = 0; i < 8; i++)
         cr_assert_eq(fmem_alloc(svc, 4096u << i, &h[i]), 0);
