@@ -52,3 +52,13 @@ double rng_unit(struct rng *r)
 {
     return (double)(rng_next(r) >> 11) * 0x1p-53;
 }
+
+void rng_shuffle(struct rng *r, uint32_t *a, size_t n)
+{
+    for (size_t i = n; i > 1; i--) {
+        size_t j = rng_below(r, i);
+        uint32_t t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}

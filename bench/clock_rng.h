@@ -3,6 +3,7 @@
 #ifndef FMEM_BENCH_CLOCK_RNG_H
 #define FMEM_BENCH_CLOCK_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -23,5 +24,7 @@ uint64_t rng_next(struct rng *r);
 uint64_t rng_below(struct rng *r, uint64_t n);
 /* uniform in [0, 1) */
 double rng_unit(struct rng *r);
+/* Put a[0..n) in a uniformly random order (Fisher-Yates). */
+void rng_shuffle(struct rng *r, uint32_t *a, size_t n);
 
 #endif

@@ -52,12 +52,7 @@ static int run(const char *uri, uint64_t size, size_t unit, int reps, struct res
     }
     for (size_t i = 0; i < n; i++)
         perm[i] = (uint32_t)i;
-    for (size_t i = n - 1; i > 0; i--) {
-        size_t j = rng_below(&s, i + 1);
-        uint32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    rng_shuffle(&s, perm, n);
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = fmem_alloc(p, unit, &h[i]);
     for (int pass = 0; pass < NPASS && rc == 0; pass++) {

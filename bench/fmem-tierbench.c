@@ -78,12 +78,7 @@ static int run(const struct setting *st, size_t hot, size_t cold, size_t cache, 
     uint64_t sum = 0;
     double t0 = bench_now_s();
     for (int round = 0; round < rounds; round++) {
-        for (size_t i = nhot - 1; i > 0; i--) {
-            size_t j = rng_below(&s, i + 1);
-            uint32_t x = order[i];
-            order[i] = order[j];
-            order[j] = x;
-        }
+        rng_shuffle(&s, order, nhot);
         for (size_t i = 0; i < nhot; i++) {
             uint64_t *w = &base[order[i] * words + rng_below(&s, words)];
             *w += 1;

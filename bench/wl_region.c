@@ -240,12 +240,7 @@ int fmem_bench_region(int argc, char **argv)
     rng_seed(&seed, 0x2545f4914f6cdd1dull);
     for (size_t i = 0; i < nblocks; i++)
         order[i] = (uint32_t)i;
-    for (size_t i = nblocks - 1; i > 0; i--) {
-        size_t j = rng_below(&seed, i + 1);
-        uint32_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    rng_shuffle(&seed, order, nblocks);
     rb_fill(local, o.size);
     fprintf(o.json ? stderr : stdout, "%zu MiB scanned in 4 KiB blocks, unit %zu KiB; each "
             "figure against local memory scanned just before it\n", o.size >> 20, o.unit >> 10);
