@@ -176,6 +176,20 @@ Test(users, bit_flip_in_a_log_entry_user_id)
     fmem_close(p);
 }
 
+/* In a forked child: open the pool and allocate n blocks of size bytes
+ * (the child exits 1 or 2 when that fails). */
+static fmem_pool *child_allocates(int n, size_t size)
+{
+    fmem_pool *p;
+    fmem_handle h;
+    if (fmem_open(uri, &p))
+        _exit(1);
+    for (int i = 0; i < n; i++)
+        if (fmem_alloc(p, size, &h))
+            _exit(2);
+    return p;
+}
+
 /* A process killed with blocks (anywhere after its fmem_open claimed a
  * slot): not a leak but a dead user, told apart and recoverable. */
 Test(users, killed_user_is_reported_as_awaiting_recovery)
@@ -185,13 +199,7 @@ Test(users, killed_user_is_reported_as_awaiting_recovery)
     cr_assert_eq(pipe(fds), 0);
     pid_t pid = fork();
     if (pid == 0) {
-        fmem_pool *p;
-        fmem_handle h;
-        if (fmem_open(uri, &p))
-            _exit(1);
-        for (int i = 0; i < 4; i++)
-            if (fmem_alloc(p, 8192, &h))
-                _exit(2);
+        fmem_pool *p = child_allocates(4, 8192);
         unsigned uid = fmem_user_id(p, 0);
         if (write(fds[1], &uid, sizeof uid) != sizeof uid)
             _exit(3);
@@ -235,13 +243,7 @@ Test(users, killed_while_closing)
     fmem_pool *keep = open_uri(uri);
     pid_t pid = fork();
     if (pid == 0) {
-        fmem_pool *p;
-        fmem_handle h;
-        if (fmem_open(uri, &p))
-            _exit(1);
-        for (int i = 0; i < 6; i++)
-            if (fmem_alloc(p, 4096, &h))
-                _exit(2);
+        fmem_pool *p = child_allocates(6, 4096);
         frees_left = 3; /* the third free of the close, committed, not flushed */
         fmem_crash_hook = kill_on_free;
         fmem_close(p);
