@@ -215,6 +215,16 @@ bool env_status_has(const char *sock, const char *needle)
     return system(cmd) == 0;
 }
 
+bool env_wait_status(const char *sock, const char *needle, unsigned ms)
+{
+    for (unsigned t = 0; t < ms; t += 50) {
+        if (env_status_has(sock, needle))
+            return true;
+        nap_ms(50);
+    }
+    return false;
+}
+
 unsigned env_count_fds(pid_t pid)
 {
     char path[64];

@@ -44,6 +44,8 @@ bool env_wait_allocated(const struct svc_env *e, uint64_t want, unsigned ms);
 uint64_t env_verify_errors(const struct svc_env *e);
 /* Does `fmem status unix:SOCK` print `needle`? */
 bool env_status_has(const char *sock, const char *needle);
+/* Poll env_status_has every 50 ms for up to ms milliseconds. */
+bool env_wait_status(const char *sock, const char *needle, unsigned ms);
 
 /* For Criterion tests: start the daemons or fail with their logs; open
  * application i's connection or fail. */

@@ -382,13 +382,7 @@ Test(faults, mnode_restart_keeps_pool)
     cr_assert_eq(fmem_alloc(p, 65536, &extra), 0);
     cr_assert_eq(fmem_free(p, &extra), 0);
     cr_assert(env_start_mnode(&E));
-    bool resumed = false;
-    for (int t = 0; t < 400 && !resumed; t++) {
-        resumed = env_status_has(E.mnode_sock, "fmemd0 pid");
-        if (!resumed)
-            env_nap_ms(50);
-    }
-    cr_assert(resumed, "fmemd did not resume");
+    cr_assert(env_wait_status(E.mnode_sock, "fmemd0 pid", 20000), "fmemd did not resume");
     cr_assert_eq(env_pool_allocated(&E), held);
     for (int i = 0; i < 16; i++) {
         int v = -1;

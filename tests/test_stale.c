@@ -149,13 +149,7 @@ Test(stale, session_survives_a_memory_node_restart)
     int st = env_stop_pid(&E.mnode, SIGTERM);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     cr_assert(env_start_mnode(&E));
-    bool resumed = false;
-    for (int t = 0; t < 400 && !resumed; t++) {
-        resumed = env_status_has(E.mnode_sock, "fmemd0 pid");
-        if (!resumed)
-            env_nap_ms(50);
-    }
-    cr_assert(resumed, "fmemd 0 did not resume");
+    cr_assert(env_wait_status(E.mnode_sock, "fmemd0 pid", 20000), "fmemd 0 did not resume");
     char buf[16];
     cr_assert_eq(fmem_read(a, &ha, 0, buf, 9), 0, "a resumed service's handle must work");
     cr_assert_str_eq(buf, "A's data");
