@@ -43,6 +43,14 @@ static uint64_t xs(void)
     return rng;
 }
 
+/* A compactable heap on the suite's pool with the default policy. */
+static inline fmem_heap *new_compactable_heap(void)
+{
+    fmem_heap *h;
+    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    return h;
+}
+
 static void fill(void *p, size_t n, uint64_t seed)
 {
     unsigned char *b = p;

@@ -155,7 +155,7 @@ struct two {
 
 static void two_up(struct two *t)
 {
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &t->h), 0);
+    t->h = new_compactable_heap();
     t->cap = FMEM_HEAP_SLAB_SIZE / 64;
     t->a = calloc(t->cap, sizeof *t->a);
     t->b = calloc(t->cap, sizeof *t->b);
@@ -225,8 +225,7 @@ Test(compact, both_addresses_show_one_object)
 /* A survivor is merged in turn: its alias moves with it. */
 Test(compact, a_survivor_and_its_aliases_merge_again)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     size_t cap = FMEM_HEAP_SLAB_SIZE / 64;
     void **o[3];
     for (int k = 0; k < 3; k++) {
@@ -279,8 +278,7 @@ Test(compact, a_survivor_and_its_aliases_merge_again)
 
 Test(compact, overlapping_slabs_are_not_merged)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     size_t cap = FMEM_HEAP_SLAB_SIZE / 64;
     void **a = calloc(cap, sizeof *a), **b = calloc(cap, sizeof *b);
     for (size_t i = 0; i < cap; i++)
@@ -596,8 +594,7 @@ static void wr_hook(int step)
 
 Test(compact, writes_race_compaction, .timeout = 180)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     if (!compact_fenced(h)) {
         fmem_heap_destroy(h);
         cr_skip_test("no userfaultfd write-protection here: merges are not fenced");

@@ -59,8 +59,7 @@ TestSuite(pageback, .init = pool_up, .fini = pool_down, .timeout = 120);
 
 Test(pageback, a_kept_slab_gives_back_its_empty_pages)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     static struct two t;
     make_two(h, &t);
     fmem_heap_stats_t st0, st1;
@@ -118,8 +117,7 @@ Test(pageback, a_kept_slab_gives_back_its_empty_pages)
 
 Test(pageback, page_backed_slabs_are_never_merged_whole)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     static struct two t;
     make_two(h, &t);
     cr_assert_gt(fmem_heap_compact(h, 0), 0);
@@ -172,8 +170,7 @@ static uint64_t footprint(int pageback, uint64_t seed)
 {
     if (!pageback)
         setenv("FMEM_COMPACT_PAGEBACK", "0", 1);
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     unsetenv("FMEM_COMPACT_PAGEBACK");
     static void *obj[FN];
     static size_t len[FN];
@@ -308,8 +305,7 @@ Test(pageback, crash_late_in_a_fragmented_heap_loses_no_chunk)
 
 Test(pageback, fork_child_writes_do_not_reach_the_parent)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     static struct two t;
     make_two(h, &t);
     cr_assert_gt(fmem_heap_compact(h, 0), 0);
@@ -381,8 +377,7 @@ static void make_stripes(fmem_heap *h, struct stripes *t)
 
 Test(pageback, small_objects_are_repacked_page_by_page)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     static struct stripes t;
     make_stripes(h, &t);
     fmem_heap_stats_t st0, st1;
@@ -486,8 +481,7 @@ Test(pageback, crash_during_a_repack_loses_no_chunk)
 
 Test(pageback, fork_child_writes_to_repacked_pages_stay_its_own)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     static struct stripes t;
     make_stripes(h, &t);
     cr_assert_gt(fmem_heap_compact(h, 0), 0);
@@ -532,8 +526,7 @@ Test(pageback, fork_child_writes_to_repacked_pages_stay_its_own)
 Test(pageback, straddling_objects_are_repacked_with_their_pages)
 {
     enum { N = 12000, SZ = 48 };
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     static void *o[N];
     rng = 0x5151ull;
     for (size_t i = 0; i < N; i++) {

@@ -104,8 +104,7 @@ TestSuite(pagemerge, .init = pool_up, .fini = pool_down, .timeout = 120);
 
 Test(pagemerge, a_slab_goes_page_by_page_onto_two_survivors)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     static struct layout l;
     make_layout(h, &l);
     fmem_heap_stats_t st0, st1;
@@ -190,8 +189,7 @@ Test(pagemerge, a_slab_goes_page_by_page_onto_two_survivors)
  * those on the other survivor keep their objects. */
 Test(pagemerge, a_survivor_that_empties_takes_its_alias_pages)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     static struct layout l;
     make_layout(h, &l);
     cr_assert_eq(fmem_heap_compact(h, 0), FMEM_HEAP_SLAB_SIZE);
@@ -239,8 +237,7 @@ Test(pagemerge, a_survivor_that_empties_takes_its_alias_pages)
 /* Objects straddling pages (48 and 112 B): every object intact. */
 Test(pagemerge, straddling_objects_keep_their_content)
 {
-    fmem_heap *h;
-    cr_assert_eq(fmem_heap_new_compactable(pool, NULL, &h), 0);
+    fmem_heap *h = new_compactable_heap();
     enum { N = 40000 };
     void **obj = calloc(N, sizeof *obj);
     size_t *len = calloc(N, sizeof *len);
