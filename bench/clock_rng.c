@@ -62,3 +62,11 @@ void rng_shuffle(struct rng *r, uint32_t *a, size_t n)
         a[j] = t;
     }
 }
+
+uint64_t xorshift64(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}

@@ -27,4 +27,10 @@ double rng_unit(struct rng *r);
 /* Put a[0..n) in a uniformly random order (Fisher-Yates). */
 void rng_shuffle(struct rng *r, uint32_t *a, size_t n);
 
+/* xorshift64 (state never 0): kept for the benchmarks whose output for a
+ * given seed is quoted in docs/ (fmem-fragbench --seed, fmem-backendbench's
+ * data and so its compression ratios), so that the same seed still gives
+ * the same workload. */
+uint64_t xorshift64(uint64_t *s);
+
 #endif

@@ -43,15 +43,16 @@ static int run(const char *uri, uint64_t size, size_t unit, int reps, struct res
     fmem_handle *h = calloc(n, sizeof *h);
     uint32_t *perm = malloc(n * sizeof *perm);
     char *buf = aligned_alloc(4096, unit), *data = aligned_alloc(4096, unit * 64);
-    struct rng s;
-    rng_seed(&s, 1);
+    uint64_t x = 0x9E3779B97F4A7C15u; /* the data's bytes as in the figures in docs/ */
     for (size_t i = 0; i < unit * 64; i += 64) { /* 16 random bytes, 48 of a run */
         for (int j = 0; j < 16; j++)
-            data[i + j] = (char)rng_next(&s);
-        memset(data + i + 16, 'a' + (int)rng_below(&s, 4), 48);
+            data[i + j] = (char)xorshift64(&x);
+        memset(data + i + 16, 'a' + (int)(xorshift64(&x) % 4), 48);
     }
     for (size_t i = 0; i < n; i++)
         perm[i] = (uint32_t)i;
+    struct rng s;
+    rng_seed(&s, 1);
     rng_shuffle(&s, perm, n);
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = fmem_alloc(p, unit, &h[i]);

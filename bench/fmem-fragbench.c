@@ -154,11 +154,10 @@ static void workload(const struct opts *o, struct alloc *a, struct result *r)
         return;
     }
     rss_base = rss_bytes();
-    struct rng s;
-    rng_seed(&s, o->seed);
+    uint64_t s = o->seed | 1;
     uint64_t t0 = bench_now_ns();
     for (size_t i = 0; i < o->n; i++) {
-        len[i] = o->sizes[rng_below(&s, o->nsizes)];
+        len[i] = o->sizes[xorshift64(&s) % o->nsizes];
         if (!(obj[i] = a->malloc(a->ctx, len[i]))) {
             snprintf(r->why, sizeof r->why, "allocation %zu failed", i);
             return;
@@ -168,10 +167,10 @@ static void workload(const struct opts *o, struct alloc *a, struct result *r)
     for (size_t i = 0; i < o->n; i++)
         memset(obj[i], (int)(i & 0xff), len[i]);
     r->after_alloc = a->held(a->ctx);
-    unsigned pct = o->free_min + (unsigned)rng_below(&s, o->free_max - o->free_min + 1);
+    unsigned pct = o->free_min + (unsigned)(xorshift64(&s) % (o->free_max - o->free_min + 1));
     size_t stride = pct < 100 ? 100 / (100 - pct) : o->n + 1;
     for (size_t i = 0; i < o->n; i++)
-        if (o->strided ? i % stride != 0 : rng_below(&s, 100) < pct) {
+        if (o->strided ? i % stride != 0 : xorshift64(&s) % 100 < pct) {
             a->free(a->ctx, obj[i]);
             obj[i] = NULL;
         } else {
