@@ -13,9 +13,12 @@ here as measured. The last line gives pymalloc's own account at the end
 (sys._debugmallocstats): the bytes in its allocated blocks bound what any
 reclaim that leaves objects at their addresses can give back.
 fmem.compact() also gives the pages of empty pymalloc pools back to the
-pool's data file in /dev/shm (release_empty_pools), inside blocks that
-stay allocated: "given back" is what the file's allocated size shrank by
-during compact(), "held" the pool's allocated bytes minus that.
+pool's data file in /dev/shm (release_empty_pools), and the 4 KiB pages of
+used pools that hold no live block, inside blocks that stay allocated:
+"given back" is what the file's allocated size shrank by during
+compact(), "held" the pool's allocated bytes minus that. Each pool's
+first page (its header) stays, so page release ends at or above a quarter
+of the arenas' bytes: that bound is printed too.
 
     bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5] [--json FILE]
 """
@@ -122,6 +125,10 @@ def main():
               f"{pm['block_bytes'] / 2**20:.1f} MiB in allocated blocks, "
               f"{pm.get('empty_pools', 0)} empty pools; ceiling for any reclaim that "
               f"keeps objects in place: {off['after'] / pm['block_bytes']:.2f}x")
+    # pymalloc's pool headers (the first 4 KiB of each 16 KiB pool) stay
+    heads = on["large"] * (1 << 20) // 4
+    print(f"pool header pages: {heads / 2**20:.1f} MiB; ceiling for releasing pages "
+          f"of pools: {off['held'] / max(heads, 1):.2f}x")
 
 
 if __name__ == "__main__":
