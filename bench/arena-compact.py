@@ -35,6 +35,8 @@ n, rounds, keep, do_compact = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3
 name = "fmem-arena-compact-%d" % os.getpid()
 uri = "shm:/" + name
 pool = fmem.open(uri + "?size=2G")
+import atexit
+atexit.register(lambda: os.path.exists("/dev/shm/%s.data" % name) and fmem.unlink(uri))
 def file_bytes():  # the memory the pool's data file holds
     return os.stat("/dev/shm/%s.data" % name).st_blocks * 512
 fmem.install_arena_allocator(pool)

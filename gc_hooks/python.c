@@ -295,11 +295,19 @@ FMEM_API int64_t fmem_hooks_python_release_empty_pools(void)
 #define PM_PAGES (PM_POOL / PM_HEAD_PAGE)
 #define PM_MAX_BLOCKS ((PM_POOL - PM_OVERHEAD) / 16)
 
-/* Pages of pool h (a used pool of a checked arena) to release: bit p set
- * for page p; isfree[i] is set for the free blocks. 0 when none or
- * when the pool does not check out. */
+/* A used pool's free list as read before anything changes: the blocks'
+ * indexes in list order, and which blocks are free. */
+struct pm_free_list {
+    size_t n;
+    uint16_t order[PM_MAX_BLOCKS];
+    unsigned char isfree[PM_MAX_BLOCKS];
+};
+
+/* Pages of pool h (a used pool of a checked arena) that no live block
+ * touches: bit p for page p (1-3). Fills *fl. 0 when none, or when the
+ * pool does not check out. */
 static unsigned pm_free_pages(const struct pm_pool_header *h, size_t size,
-                              unsigned char isfree[PM_MAX_BLOCKS])
+                              struct pm_free_list *fl)
 {
     size_t nblocks = (PM_POOL - PM_OVERHEAD) / size;
     if ((h->nextoffset - PM_OVERHEAD) % size != 0)
@@ -307,25 +315,25 @@ static unsigned pm_free_pages(const struct pm_pool_header *h, size_t size,
     size_t carved = (h->nextoffset - PM_OVERHEAD) / size;
     if (carved > nblocks)
         carved = nblocks;
-    memset(isfree, 0, nblocks);
-    size_t nfree = 0;
+    memset(fl->isfree, 0, nblocks);
+    fl->n = 0;
     for (const char *bp = h->freeblock; bp; bp = *(char *const *)bp) {
         uintptr_t off = (uintptr_t)bp - (uintptr_t)h;
         if (off < PM_OVERHEAD || off >= PM_POOL || (off - PM_OVERHEAD) % size != 0)
             return 0;
         size_t i = (off - PM_OVERHEAD) / size;
-        if (i >= carved || isfree[i] || ++nfree + h->ref.count > carved)
+        if (i >= carved || fl->isfree[i] || fl->n + 1 + h->ref.count > carved)
             return 0;
-        isfree[i] = 1;
+        fl->isfree[i] = 1;
+        fl->order[fl->n++] = (uint16_t)i;
     }
-    /* a page goes when no live block touches it; pages at or past the
-     * tail's end (maxnextoffset + size) were released before */
+    /* pages at or past the tail's end (maxnextoffset + size) went before */
     size_t limit = (size_t)h->maxnextoffset + size;
     unsigned dead = 0;
     for (size_t p = 1; p < PM_PAGES && p * PM_HEAD_PAGE < limit; p++)
         dead |= 1u << p;
     for (size_t i = 0; i < carved && dead; i++)
-        if (!isfree[i]) {
+        if (!fl->isfree[i]) {
             size_t first = (PM_OVERHEAD + i * size) / PM_HEAD_PAGE,
                    last = (PM_OVERHEAD + (i + 1) * size - 1) / PM_HEAD_PAGE;
             for (size_t p = first; p <= last; p++)
@@ -343,60 +351,87 @@ static int pm_on_dead_page(size_t off, size_t size, unsigned dead)
     return 0;
 }
 
-/* With the GIL: release the dead pages of one used pool; bytes given back
- * or a negative FMEM error (madvise refused; the header is consistent). */
-static int64_t pm_release_pool_pages(struct pm_pool_header *h)
+/* The end of the carvable tail once the pages of dead are gone: the first
+ * of them that the tail reaches. */
+static size_t pm_tail_limit(const struct pm_pool_header *h, size_t size, unsigned dead)
 {
-    static unsigned char isfree[PM_MAX_BLOCKS]; /* with the GIL */
-    size_t size = ((size_t)h->szidx + 1) * 16;
-    unsigned dead = pm_free_pages(h, size, isfree);
-    if (!dead)
-        return 0;
-    /* the new end of the carvable tail: the first dead page it reaches */
     size_t limit = (size_t)h->maxnextoffset + size;
     for (size_t p = 1; p < PM_PAGES; p++)
-        if ((dead & (1u << p)) && (p + 1) * PM_HEAD_PAGE > h->nextoffset) {
-            if (p * PM_HEAD_PAGE < limit)
-                limit = p * PM_HEAD_PAGE;
-            break;
-        }
-    int tail = h->nextoffset + size <= limit;
-    /* a pool left with no free block is unlinked from usedpools: check the
-     * links first (nothing is written to a pool that does not check out) */
-    int was_linked = h->freeblock != NULL, keeps_free = 0;
-    for (const char *bp = h->freeblock; bp && !keeps_free; bp = *(char *const *)bp)
-        keeps_free = !pm_on_dead_page((uintptr_t)bp - (uintptr_t)h, size, dead);
-    struct pm_pool_header *prev = h->prevpool, *next = h->nextpool;
-    if (was_linked && !keeps_free && !tail &&
-        (!prev || !next || prev->nextpool != h || next->prevpool != h))
-        return 0;
-    /* relink the free list through the blocks that stay */
+        if ((dead & (1u << p)) && (p + 1) * PM_HEAD_PAGE > h->nextoffset)
+            return p * PM_HEAD_PAGE < limit ? p * PM_HEAD_PAGE : limit;
+    return limit;
+}
+
+/* Would the pool be left with no free block and no tail? */
+static int pm_left_full(const struct pm_pool_header *h, size_t size, unsigned dead,
+                        const struct pm_free_list *fl)
+{
+    for (size_t j = 0; j < fl->n; j++)
+        if (!pm_on_dead_page(PM_OVERHEAD + fl->order[j] * size, size, dead))
+            return 0;
+    return h->nextoffset + size > pm_tail_limit(h, size, dead);
+}
+
+/* The pages of gone are released: rebuild the pool's free list from fl
+ * without their blocks (writing only to blocks that stay), cut the tail,
+ * and keep pymalloc's rule that a pool in usedpools has a free block. */
+static void pm_drop_pages(struct pm_pool_header *h, size_t size, unsigned gone,
+                          const struct pm_free_list *fl)
+{
+    int was_linked = h->freeblock != NULL;
+    size_t limit = pm_tail_limit(h, size, gone);
     void **link = &h->freeblock;
-    for (char *bp = h->freeblock, *nx; bp; bp = nx) {
-        nx = *(char **)bp;
-        if (!pm_on_dead_page((uintptr_t)bp - (uintptr_t)h, size, dead)) {
-            *link = bp;
-            link = (void **)bp;
+    for (size_t j = 0; j < fl->n; j++) {
+        size_t off = PM_OVERHEAD + fl->order[j] * size;
+        if (!pm_on_dead_page(off, size, gone)) {
+            *link = (char *)h + off;
+            link = (void **)((char *)h + off);
         }
     }
     *link = NULL;
     h->maxnextoffset = (unsigned)(limit - size);
-    if (!h->freeblock && tail) { /* carve one, as pymalloc would */
+    if (h->freeblock || !was_linked)
+        return;
+    if (h->nextoffset + size <= limit) { /* carve one, as pymalloc would */
         h->freeblock = (char *)h + h->nextoffset;
         h->nextoffset += (unsigned)size;
         *(void **)h->freeblock = NULL;
-    } else if (!h->freeblock && was_linked) { /* full: out of usedpools */
-        next->prevpool = prev;
-        prev->nextpool = next;
+        return;
     }
-    int64_t got = 0;
-    for (size_t p = 1; p < PM_PAGES; p++)
+    struct pm_pool_header *prev = h->prevpool, *next = h->nextpool; /* full */
+    next->prevpool = prev;
+    prev->nextpool = next;
+}
+
+/* With the GIL: release the pages of one used pool that hold no live
+ * block. Nothing in the pool changes unless a page was released. Bytes
+ * given back, or a negative FMEM error when none could be. */
+static int64_t pm_release_pool_pages(struct pm_pool_header *h)
+{
+    static struct pm_free_list fl; /* with the GIL */
+    size_t size = ((size_t)h->szidx + 1) * 16;
+    unsigned dead = pm_free_pages(h, size, &fl);
+    if (!dead)
+        return 0;
+    /* a pool that may end up unlinked: its neighbours must link to it */
+    if (h->freeblock && pm_left_full(h, size, dead, &fl)) {
+        const struct pm_pool_header *prev = h->prevpool, *next = h->nextpool;
+        if (!prev || !next || prev->nextpool != h || next->prevpool != h)
+            return 0;
+    }
+    unsigned gone = 0;
+    int err = 0;
+    for (size_t p = 1; p < PM_PAGES && !err; p++)
         if (dead & (1u << p)) {
-            if (madvise((char *)h + p * PM_HEAD_PAGE, PM_HEAD_PAGE, MADV_REMOVE) != 0)
-                return got ? got : (errno == EINVAL || errno == EOPNOTSUPP ? FMEM_ENOTSUP : FMEM_EIO);
-            got += (int64_t)PM_HEAD_PAGE;
+            if (madvise((char *)h + p * PM_HEAD_PAGE, PM_HEAD_PAGE, MADV_REMOVE) == 0)
+                gone |= 1u << p;
+            else
+                err = errno;
         }
-    return got;
+    if (!gone)
+        return err == EINVAL || err == EOPNOTSUPP ? FMEM_ENOTSUP : FMEM_EIO;
+    pm_drop_pages(h, size, gone, &fl);
+    return (int64_t)__builtin_popcount(gone) * (int64_t)PM_HEAD_PAGE;
 }
 
 FMEM_API int64_t fmem_hooks_python_release_free_pages(void)

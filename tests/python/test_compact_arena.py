@@ -20,6 +20,8 @@ import fmem
 name = "fmem-compact-arena-py-%d" % os.getpid()
 uri = "shm:/" + name
 pool = fmem.open(uri + "?size=1G")
+import atexit
+atexit.register(lambda: os.path.exists("/dev/shm/%s.data" % name) and fmem.unlink(uri))
 def file_bytes():
     return os.stat("/dev/shm/%s.data" % name).st_blocks * 512
 def build(tag, n=150000, keep=1000):
