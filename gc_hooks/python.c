@@ -158,7 +158,7 @@ FMEM_API int fmem_hooks_python_arena(fmem_hooks *b, PyObjectArenaAllocator *old)
  * Layout: Objects/obmalloc.c of CPython 3.11 (not in the installed
  * headers), checked at run time against the arenas' pools before the
  * first use. */
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && SIZEOF_VOID_P == 8
 #define PM_CHECKED 1
 #else
 #define PM_CHECKED 0
@@ -177,7 +177,9 @@ struct pm_pool_header {
     unsigned arenaindex, szidx, nextoffset, maxnextoffset;
 };
 
-_Static_assert(sizeof(struct pm_pool_header) == 48, "POOL_OVERHEAD of 3.11 on LP64");
+#if PM_CHECKED
+_Static_assert(sizeof(struct pm_pool_header) == 48, "POOL_OVERHEAD of 3.11, 64-bit");
+#endif
 #define PM_OVERHEAD sizeof(struct pm_pool_header) /* the first block's offset */
 
 /* Does an initialized pool's header look as the 3.11 layout says (a size
@@ -276,9 +278,10 @@ FMEM_API int64_t fmem_hooks_python_release_empty_pools(void)
  * up to maxnextoffset were never carved; pymalloc_alloc takes the list's
  * head, carves the next tail block when the list runs out, and unlinks the
  * pool from usedpools as full when neither is left (a full pool has
- * freeblock NULL; the next free relinks it). So before a page goes:
- * - every free block touching it leaves the free list (the list is relinked
- *   through the blocks that stay, all on kept pages);
+ * freeblock NULL; the next free relinks it). The list is read first; once
+ * pages went (MADV_REMOVE), with no pymalloc call in between:
+ * - every free block touching one leaves the free list (the list is rebuilt
+ *   from what was read, through the blocks that stay, all on kept pages);
  * - maxnextoffset is lowered so that no tail block reaches it (to the
  *   page's start minus the block size: still "the end of the blocks");
  * - when that leaves no free block and no tail, the pool is unlinked as
