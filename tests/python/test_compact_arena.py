@@ -181,25 +181,29 @@ def ok(v):
     return (l == [i] * (1 + i % 64) and b == b"x" * (i % 700) and s == "s%d" % i
             and f == float(i) and t == (i, r) and n == i * 1000003)
 live = []
-total = 0
+total = pages = 0
 for r in range(20):
     objs = [make(r, i) for i in range(30000)]
     live.extend(v for v in objs if rng.random() < 0.02)
     del objs
     gc.collect()
+    fmem.release_empty_pools()
+    f0 = file_bytes()
     total += fmem.compact()
+    pages += f0 - file_bytes()  # pages of used pools
     assert all(ok(v) for v in live), r
     rng.shuffle(live)
     del live[: len(live) // 3]  # frees into pools whose pages went
     gc.collect()
 assert total > 1 << 20, total
+assert pages > 1 << 20, pages
 assert all(ok(v) for v in live)
 del live
 gc.collect()
 fmem.compact()
 again = [make(99, i) for i in range(30000)]
 assert all(ok(v) for v in again)
-print("ok", total)
+print("ok", total, pages)
 fmem.unlink(uri)
 """, malloc)
     assert out.startswith("ok"), out
