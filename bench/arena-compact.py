@@ -6,16 +6,21 @@ Each configuration is a fresh interpreter with install_arena_allocator() on
 a shm pool (compactable heap). The workload builds large dicts of small
 objects, keeps every k-th value and drops the dicts, --rounds times. At the
 end "off" reads the pool's allocated bytes; "on" calls fmem.compact() first
-(and reports what it gave back and how long it took). The arena hook holds
+(and reports what it gave back and how long it took); "empty" calls only
+fmem.release_empty_pools() (what compact() gave back before it also
+released pages of used pools). The arena hook holds
 pymalloc's arenas (1 MiB, or 256 KiB before Python 3.10), each one a large
 heap object, not slab objects: what compaction can merge there is shown
 here as measured. The last line gives pymalloc's own account at the end
 (sys._debugmallocstats): the bytes in its allocated blocks bound what any
 reclaim that leaves objects at their addresses can give back.
 fmem.compact() also gives the pages of empty pymalloc pools back to the
-pool's data file in /dev/shm (release_empty_pools), inside blocks that
-stay allocated: "given back" is what the file's allocated size shrank by
-during compact(), "held" the pool's allocated bytes minus that.
+pool's data file in /dev/shm (release_empty_pools), and the 4 KiB pages of
+used pools that hold no live block, inside blocks that stay allocated:
+"given back" is what the file's allocated size shrank by during
+compact(), "held" the pool's allocated bytes minus that. Each pool's
+first page (its header) stays, so page release ends at or above a quarter
+of the arenas' bytes: that bound is printed too.
 
     bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5] [--json FILE]
 """
@@ -28,10 +33,12 @@ import sys
 CHILD = r"""
 import gc, json, os, sys, time
 import fmem
-n, rounds, keep, do_compact = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "on"
+n, rounds, keep, mode = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 name = "fmem-arena-compact-%d" % os.getpid()
 uri = "shm:/" + name
 pool = fmem.open(uri + "?size=2G")
+import atexit
+atexit.register(lambda: os.path.exists("/dev/shm/%s.data" % name) and fmem.unlink(uri))
 def file_bytes():  # the memory the pool's data file holds
     return os.stat("/dev/shm/%s.data" % name).st_blocks * 512
 fmem.install_arena_allocator(pool)
@@ -44,9 +51,9 @@ for r in range(rounds):
 before = pool.stats()["allocated_bytes"]
 file_before = file_bytes()
 got, ms = 0, 0.0
-if do_compact:
+if mode != "off":
     t = time.perf_counter()
-    got = fmem.compact()
+    got = fmem.compact() if mode == "on" else fmem.release_empty_pools()
     ms = (time.perf_counter() - t) * 1e3
 after = pool.stats()["allocated_bytes"]
 file_after = file_bytes()
@@ -96,22 +103,24 @@ def main():
     ap.add_argument("--keep", type=int, default=8, help="keep every k-th value")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = ap.parse_args()
-    off, on = run(args, "off"), run(args, "on")
+    off, empty, on = run(args, "off"), run(args, "empty"), run(args, "on")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"bench": "arena-compact", "objects": args.objects, "rounds": args.rounds,
                        "keep": args.keep, "python": sys.version.split()[0], "off": off,
-                       "on": on}, f)
+                       "empty": empty, "on": on}, f)
     print(f"arena-compact: {args.rounds} dicts of {args.objects} entries, every "
           f"{args.keep}th value kept ({on['kept']} objects), Python {sys.version.split()[0]}")
-    for r in (off, on):  # pages given back to the file inside allocated blocks
+    for r in (off, empty, on):  # pages given back to the file inside allocated blocks
         r["held"] = r["after"] - max(r["file_before"] - r["file_after"], 0)
     print(f"{'config':<8} {'pool MiB':>9} {'given back':>11} {'held MiB':>9} {'arenas':>7} "
           f"{'slabs':>6} {'merges':>7} {'compact ms':>11}")
-    for name, r in (("off", off), ("on", on)):
+    for name, r in (("off", off), ("empty", empty), ("on", on)):
         print(f"{name:<8} {r['after'] / 2**20:9.1f} {(r['after'] - r['held']) / 2**20:11.1f} "
               f"{r['held'] / 2**20:9.1f} {r['large']:7d} {r['slabs']:6d} {r['merges']:7d} "
               f"{r['ms']:11.2f}")
+    print(f"far-memory bytes held, off / empty pools only: "
+          f"{off['held'] / max(empty['held'], 1):.2f}x")
     print(f"far-memory bytes held, off / on: {off['held'] / max(on['held'], 1):.2f}x "
           f"(pool allocations alone: {off['after'] / max(on['after'], 1):.2f}x)")
     pm = off.get("pymalloc", {})
@@ -122,6 +131,10 @@ def main():
               f"{pm['block_bytes'] / 2**20:.1f} MiB in allocated blocks, "
               f"{pm.get('empty_pools', 0)} empty pools; ceiling for any reclaim that "
               f"keeps objects in place: {off['after'] / pm['block_bytes']:.2f}x")
+    # pymalloc's pool headers (the first 4 KiB of each 16 KiB pool) stay
+    heads = on["large"] * (1 << 20) // 4
+    print(f"pool header pages: {heads / 2**20:.1f} MiB; ceiling for releasing pages "
+          f"of pools: {off['held'] / max(heads, 1):.2f}x")
 
 
 if __name__ == "__main__":

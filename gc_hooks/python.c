@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -157,7 +158,7 @@ FMEM_API int fmem_hooks_python_arena(fmem_hooks *b, PyObjectArenaAllocator *old)
  * Layout: Objects/obmalloc.c of CPython 3.11 (not in the installed
  * headers), checked at run time against the arenas' pools before the
  * first use. */
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && SIZEOF_VOID_P == 8
 #define PM_CHECKED 1
 #else
 #define PM_CHECKED 0
@@ -176,15 +177,23 @@ struct pm_pool_header {
     unsigned arenaindex, szidx, nextoffset, maxnextoffset;
 };
 
+#if PM_CHECKED
+_Static_assert(sizeof(struct pm_pool_header) == 48, "POOL_OVERHEAD of 3.11, 64-bit");
+#endif
+#define PM_OVERHEAD sizeof(struct pm_pool_header) /* the first block's offset */
+
 /* Does an initialized pool's header look as the 3.11 layout says (a size
- * class below 512 bytes, the end of its blocks where that class puts it)? */
+ * class below 512 bytes, the end of its blocks where that class puts it:
+ * maxnextoffset + size is the pool's end, or the start of a page that
+ * release_free_pages() took from the never-carved tail)? */
 static int pm_header_looks_right(const struct pm_pool_header *h)
 {
     if (h->szidx >= 32)
         return 0;
-    size_t size = ((size_t)h->szidx + 1) * 16;
-    return h->maxnextoffset == PM_POOL - size && h->nextoffset >= sizeof *h &&
-           h->nextoffset <= PM_POOL + size && h->nextoffset % 16 == 0;
+    size_t size = ((size_t)h->szidx + 1) * 16, limit = (size_t)h->maxnextoffset + size;
+    return limit % PM_HEAD_PAGE == 0 && limit >= PM_HEAD_PAGE && limit <= PM_POOL &&
+           h->nextoffset >= sizeof *h && h->nextoffset <= PM_POOL + size &&
+           h->nextoffset % 16 == 0;
 }
 
 /* Every pool of the arena at a (size bytes) empty or looking right: an
@@ -255,6 +264,202 @@ FMEM_API int64_t fmem_hooks_python_release_empty_pools(void)
                 return got ? got : (errno == EINVAL || errno == EOPNOTSUPP ? FMEM_ENOTSUP : FMEM_EIO);
             h->szidx = PM_NO_CLASS;
             got += (int64_t)(PM_POOL - PM_HEAD_PAGE);
+        }
+    }
+    return got;
+}
+
+/* ---- free pages of used pools -------------------------------------------
+ * A pool that still holds a few objects keeps all 16 KiB. Its pages 1-3
+ * (the header's page 0 stays) can go back when no live block lies on them.
+ * pymalloc's view of a used pool: blocks below nextoffset were carved and
+ * are either allocated or on the free list (freeblock, linked through the
+ * first word of each free block, NULL-terminated); blocks from nextoffset
+ * up to maxnextoffset were never carved; pymalloc_alloc takes the list's
+ * head, carves the next tail block when the list runs out, and unlinks the
+ * pool from usedpools as full when neither is left (a full pool has
+ * freeblock NULL; the next free relinks it). The list is read first; once
+ * pages went (MADV_REMOVE), with no pymalloc call in between:
+ * - every free block touching one leaves the free list (the list is rebuilt
+ *   from what was read, through the blocks that stay, all on kept pages);
+ * - maxnextoffset is lowered so that no tail block reaches it (to the
+ *   page's start minus the block size: still "the end of the blocks");
+ * - when that leaves no free block and no tail, the pool is unlinked as
+ *   full, as pymalloc does; otherwise the list is non-empty (a tail block is
+ *   carved onto it if needed), as pymalloc_alloc requires.
+ * Blocks taken off the list are neither free nor allocated for pymalloc:
+ * they come back when the pool empties and is rebuilt (release_empty_pools
+ * resets its size class, as does reuse for another class); a pool reused
+ * for the same class before that keeps the shorter list. Such blocks look
+ * allocated to a later pass, so their (already released) pages are never
+ * released or written again. A block is live when it was carved and is not
+ * on the free list; a pool whose list does not check out (off the block
+ * grid, a cycle, more free blocks than carved ones) is left alone. */
+#define PM_PAGES (PM_POOL / PM_HEAD_PAGE)
+#define PM_MAX_BLOCKS ((PM_POOL - PM_OVERHEAD) / 16)
+
+/* A used pool's free list as read before anything changes: the blocks'
+ * indexes in list order, and which blocks are free. */
+struct pm_free_list {
+    size_t n;
+    uint16_t order[PM_MAX_BLOCKS];
+    unsigned char isfree[PM_MAX_BLOCKS];
+};
+
+/* Pages of pool h (a used pool of a checked arena) that no live block
+ * touches: bit p for page p (1-3). Fills *fl. 0 when none, or when the
+ * pool does not check out. */
+static unsigned pm_free_pages(const struct pm_pool_header *h, size_t size,
+                              struct pm_free_list *fl)
+{
+    size_t nblocks = (PM_POOL - PM_OVERHEAD) / size;
+    if ((h->nextoffset - PM_OVERHEAD) % size != 0)
+        return 0;
+    size_t carved = (h->nextoffset - PM_OVERHEAD) / size;
+    if (carved > nblocks)
+        carved = nblocks;
+    memset(fl->isfree, 0, nblocks);
+    fl->n = 0;
+    for (const char *bp = h->freeblock; bp; bp = *(char *const *)bp) {
+        uintptr_t off = (uintptr_t)bp - (uintptr_t)h;
+        if (off < PM_OVERHEAD || off >= PM_POOL || (off - PM_OVERHEAD) % size != 0)
+            return 0;
+        size_t i = (off - PM_OVERHEAD) / size;
+        if (i >= carved || fl->isfree[i] || fl->n + 1 + h->ref.count > carved)
+            return 0;
+        fl->isfree[i] = 1;
+        fl->order[fl->n++] = (uint16_t)i;
+    }
+    /* pages at or past the tail's end (maxnextoffset + size) went before */
+    size_t limit = (size_t)h->maxnextoffset + size;
+    unsigned dead = 0;
+    for (size_t p = 1; p < PM_PAGES && p * PM_HEAD_PAGE < limit; p++)
+        dead |= 1u << p;
+    for (size_t i = 0; i < carved && dead; i++)
+        if (!fl->isfree[i]) {
+            size_t first = (PM_OVERHEAD + i * size) / PM_HEAD_PAGE,
+                   last = (PM_OVERHEAD + (i + 1) * size - 1) / PM_HEAD_PAGE;
+            for (size_t p = first; p <= last; p++)
+                dead &= ~(1u << p);
+        }
+    return dead;
+}
+
+/* Does the block at offset off (size bytes) touch a page of dead? */
+static int pm_on_dead_page(size_t off, size_t size, unsigned dead)
+{
+    for (size_t p = off / PM_HEAD_PAGE; p <= (off + size - 1) / PM_HEAD_PAGE; p++)
+        if (dead & (1u << p))
+            return 1;
+    return 0;
+}
+
+/* The end of the carvable tail once the pages of dead are gone: the first
+ * of them that the tail reaches. */
+static size_t pm_tail_limit(const struct pm_pool_header *h, size_t size, unsigned dead)
+{
+    size_t limit = (size_t)h->maxnextoffset + size;
+    for (size_t p = 1; p < PM_PAGES; p++)
+        if ((dead & (1u << p)) && (p + 1) * PM_HEAD_PAGE > h->nextoffset)
+            return p * PM_HEAD_PAGE < limit ? p * PM_HEAD_PAGE : limit;
+    return limit;
+}
+
+/* Would the pool be left with no free block and no tail? */
+static int pm_left_full(const struct pm_pool_header *h, size_t size, unsigned dead,
+                        const struct pm_free_list *fl)
+{
+    for (size_t j = 0; j < fl->n; j++)
+        if (!pm_on_dead_page(PM_OVERHEAD + fl->order[j] * size, size, dead))
+            return 0;
+    return h->nextoffset + size > pm_tail_limit(h, size, dead);
+}
+
+/* The pages of gone are released: rebuild the pool's free list from fl
+ * without their blocks (writing only to blocks that stay), cut the tail,
+ * and keep pymalloc's rule that a pool in usedpools has a free block. */
+static void pm_drop_pages(struct pm_pool_header *h, size_t size, unsigned gone,
+                          const struct pm_free_list *fl)
+{
+    int was_linked = h->freeblock != NULL;
+    size_t limit = pm_tail_limit(h, size, gone);
+    void **link = &h->freeblock;
+    for (size_t j = 0; j < fl->n; j++) {
+        size_t off = PM_OVERHEAD + fl->order[j] * size;
+        if (!pm_on_dead_page(off, size, gone)) {
+            *link = (char *)h + off;
+            link = (void **)((char *)h + off);
+        }
+    }
+    *link = NULL;
+    h->maxnextoffset = (unsigned)(limit - size);
+    if (h->freeblock || !was_linked)
+        return;
+    if (h->nextoffset + size <= limit) { /* carve one, as pymalloc would */
+        h->freeblock = (char *)h + h->nextoffset;
+        h->nextoffset += (unsigned)size;
+        *(void **)h->freeblock = NULL;
+        return;
+    }
+    struct pm_pool_header *prev = h->prevpool, *next = h->nextpool; /* full */
+    next->prevpool = prev;
+    prev->nextpool = next;
+}
+
+/* With the GIL: release the pages of one used pool that hold no live
+ * block. Nothing in the pool changes unless a page was released. Bytes
+ * given back, or a negative FMEM error when none could be. */
+static int64_t pm_release_pool_pages(struct pm_pool_header *h)
+{
+    static struct pm_free_list fl; /* with the GIL */
+    size_t size = ((size_t)h->szidx + 1) * 16;
+    unsigned dead = pm_free_pages(h, size, &fl);
+    if (!dead)
+        return 0;
+    /* a pool that may end up unlinked: its neighbours must link to it */
+    if (h->freeblock && pm_left_full(h, size, dead, &fl)) {
+        const struct pm_pool_header *prev = h->prevpool, *next = h->nextpool;
+        if (!prev || !next || prev->nextpool != h || next->prevpool != h)
+            return 0;
+    }
+    unsigned gone = 0;
+    int err = 0;
+    for (size_t p = 1; p < PM_PAGES && !err; p++)
+        if (dead & (1u << p)) {
+            if (madvise((char *)h + p * PM_HEAD_PAGE, PM_HEAD_PAGE, MADV_REMOVE) == 0)
+                gone |= 1u << p;
+            else
+                err = errno;
+        }
+    if (!gone)
+        return err == EINVAL || err == EOPNOTSUPP ? FMEM_ENOTSUP : FMEM_EIO;
+    pm_drop_pages(h, size, gone, &fl);
+    return (int64_t)__builtin_popcount(gone) * (int64_t)PM_HEAD_PAGE;
+}
+
+FMEM_API int64_t fmem_hooks_python_release_free_pages(void)
+{
+    if (!PM_CHECKED)
+        return FMEM_ENOTSUP;
+    struct py_arena_hook *k = arena_hook;
+    if (!k || k->pid != getpid() || k->narenas == 0)
+        return 0;
+    if (!pm_layout_ok(k))
+        return FMEM_ENOTSUP;
+    int64_t got = 0;
+    for (size_t i = 0; i < k->narenas; i++) {
+        uintptr_t a = (uintptr_t)k->arenas[i].p, end = a + k->arenas[i].size;
+        if (!pm_arena_looks_right(a, k->arenas[i].size))
+            continue;
+        for (uintptr_t p = (a + PM_POOL - 1) & ~(uintptr_t)(PM_POOL - 1); p + PM_POOL <= end;
+             p += PM_POOL) {
+            struct pm_pool_header *h = (void *)p;
+            if (h->ref.count == 0) /* empty pools: release_empty_pools */
+                continue;
+            int64_t r = pm_release_pool_pages(h);
+            if (r < 0)
+                return got ? got : r;
+            got += r;
         }
     }
     return got;

@@ -42,6 +42,12 @@ FMEM_API int fmem_hooks_python_arena(fmem_hooks *b, PyObjectArenaAllocator *old)
  * pools do not look as expected (PYTHONMALLOC=malloc, a replaced object
  * allocator), or when the arenas' memory cannot be released that way. */
 FMEM_API int64_t fmem_hooks_python_release_empty_pools(void);
+/* With the GIL held: give back the 4 KiB pages (other than the header's)
+ * of pymalloc's used pools in those arenas that hold no allocated block;
+ * the free blocks on them leave the pool's free list (they come back when
+ * the pool empties and is rebuilt). Same returns and conditions as
+ * fmem_hooks_python_release_empty_pools(). */
+FMEM_API int64_t fmem_hooks_python_release_free_pages(void);
 
 /* numpy's data memory handler (NEP 49, numpy >= 1.22): a new reference to
  * a "mem_handler" capsule whose functions allocate array data through b;

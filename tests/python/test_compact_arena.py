@@ -1,7 +1,10 @@
 """fmem.release_empty_pools() and fmem.compact() on the arena allocator:
-the pages of pymalloc's empty pools go back to the pool's file, every live
-object stays intact, pools are reused afterwards. Each case runs in a fresh
-interpreter (the arena allocator is installed once per process)."""
+the pages of pymalloc's empty pools, and the free pages of its used pools,
+go back to the pool's file, every live object stays intact, pools are
+reused afterwards. Each case runs in a fresh interpreter (the arena
+allocator is installed once per process); the page-release cases run both
+with plain pymalloc and with its debug hooks (PYTHONMALLOC=pymalloc_debug:
+every block carries guard bytes that are checked when it is freed)."""
 import os
 import subprocess
 import sys
@@ -17,6 +20,8 @@ import fmem
 name = "fmem-compact-arena-py-%d" % os.getpid()
 uri = "shm:/" + name
 pool = fmem.open(uri + "?size=1G")
+import atexit
+atexit.register(lambda: os.path.exists("/dev/shm/%s.data" % name) and fmem.unlink(uri))
 def file_bytes():
     return os.stat("/dev/shm/%s.data" % name).st_blocks * 512
 def build(tag, n=150000, keep=1000):
@@ -31,9 +36,12 @@ def check(kept):
 """
 
 
-def run(code):
+def run(code, malloc=None):
+    env = dict(os.environ)
+    if malloc:
+        env["PYTHONMALLOC"] = malloc
     out = subprocess.run([sys.executable, "-c", PRELUDE + code], capture_output=True,
-                         text=True, env=os.environ, timeout=300)
+                         text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -120,3 +128,159 @@ print("ok")
 fmem.unlink(uri)
 """)
     assert out.startswith("ok")
+
+
+MALLOCS = pytest.mark.parametrize("malloc", [None, "pymalloc_debug"])
+
+
+@MALLOCS
+def test_free_pages_of_used_pools_go_back(malloc):
+    """Survivors 1 in 1000 leave most pools used but sparse: after the empty
+    pools are released, compact() still gives back pages of used pools."""
+    out = run(r"""
+fmem.install_arena_allocator(pool)
+kept = build("a")
+more = build("b")
+fmem.release_empty_pools()
+assert fmem.release_empty_pools() == 0
+f0 = file_bytes()
+got = fmem.compact()
+f1 = file_bytes()
+assert f0 - f1 >= 2 << 20, (f0, f1, got)  # pages of used pools left the file
+assert got >= f0 - f1, (got, f0, f1)
+check(kept)
+check(more)
+# a second pass finds nothing new, and nothing comes back by itself
+f2 = file_bytes()
+fmem.compact()
+assert file_bytes() <= f2
+check(kept)
+check(more)
+print("ok", f0 - f1)
+fmem.unlink(uri)
+""", malloc)
+    assert out.startswith("ok"), out
+
+
+@MALLOCS
+def test_all_size_classes_keep_working(malloc):
+    """20 rounds: objects of every pymalloc size class (list item arrays of 1
+    to 64 pointers are 16 to 512 bytes, plus bytes, str, tuples, floats and
+    ints), 1 in 50 kept at random, the rest freed, gc, compact(); then some
+    survivors of earlier rounds freed. Every survivor is checked after each
+    compaction, and allocation goes on in the pools whose pages went."""
+    out = run(r"""
+import random
+fmem.install_arena_allocator(pool)
+rng = random.Random(18)
+def make(r, i):
+    k = 1 + i % 64
+    return (r, i, [i] * k, b"x" * (i % 700), "s%d" % i, float(i), (i, r), i * 1000003)
+def ok(v):
+    r, i, l, b, s, f, t, n = v
+    return (l == [i] * (1 + i % 64) and b == b"x" * (i % 700) and s == "s%d" % i
+            and f == float(i) and t == (i, r) and n == i * 1000003)
+live = []
+total = pages = 0
+for r in range(20):
+    objs = [make(r, i) for i in range(30000)]
+    live.extend(v for v in objs if rng.random() < 0.02)
+    del objs
+    gc.collect()
+    fmem.release_empty_pools()
+    f0 = file_bytes()
+    total += fmem.compact()
+    pages += f0 - file_bytes()  # pages of used pools
+    assert all(ok(v) for v in live), r
+    rng.shuffle(live)
+    del live[: len(live) // 3]  # frees into pools whose pages went
+    gc.collect()
+assert total > 1 << 20, total
+assert pages > 1 << 20, pages
+assert all(ok(v) for v in live)
+del live
+gc.collect()
+fmem.compact()
+again = [make(99, i) for i in range(30000)]
+assert all(ok(v) for v in again)
+print("ok", total, pages)
+fmem.unlink(uri)
+""", malloc)
+    assert out.startswith("ok"), out
+
+
+@MALLOCS
+def test_pool_with_all_free_blocks_on_released_pages(malloc):
+    """Pools filled with floats, then only the floats whose blocks lie on the
+    header's page kept: each such pool's free blocks are all on its other
+    pages, so page release leaves it with none and no tail, and it must be
+    taken out of pymalloc's used pools as full. New floats must then never
+    land on the released pages; frees put it back in use; once it empties,
+    compact() rebuilds it and all its pages are used again."""
+    out = run(r"""
+fmem.install_arena_allocator(pool)
+P, PAGE, HEAD = 16384, 4096, 48
+floats = [float(i) + 0.5 for i in range(300000)]
+ids = sorted(id(f) for f in floats)
+stride = min(b - a for a, b in zip(ids, ids[1:]) if b // P == a // P and b > a)
+lead = (ids[0] % P - HEAD) % stride  # debug hooks: the object starts after a header
+nblocks = (P - HEAD) // stride
+def block(f):
+    return (id(f) % P - lead - HEAD) // stride
+per_pool = {}
+for f in floats:
+    per_pool[id(f) // P] = per_pool.get(id(f) // P, 0) + 1
+# pools where every block is one of ours, in far memory (arenas made before
+# the hook are pymalloc's own mappings)
+ranges = [tuple(int(x, 16) for x in line.split()[0].split("-"))
+          for line in open("/proc/self/maps") if line.rstrip().endswith(name + ".data")]
+full = {p for p, n in per_pool.items()
+        if n == nblocks and any(lo <= p * P < hi for lo, hi in ranges)}
+assert len(full) > 100, (len(full), stride)
+def on_head_page(f):
+    return HEAD + (block(f) + 1) * stride <= PAGE
+kept = [f for f in floats if id(f) // P in full and on_head_page(f)]
+from array import array
+values = array("d", kept)  # not in pymalloc (and floats are not kept alive)
+del floats, per_pool
+gc.collect()
+# float's own free list kept up to 100 of them allocated for pymalloc: take
+# them (and some more) for good, and leave the pools they are in out
+pad = [float(i) + 0.1 for i in range(300)]
+full -= {id(f) // P for f in pad}
+assert len(full) > 100, len(full)
+fmem.release_empty_pools()
+f0 = file_bytes()
+fmem.compact()
+f1 = file_bytes()
+assert f0 - f1 >= len(full) * (P - PAGE) * 9 // 10, (f0 - f1, len(full))
+def released(x):
+    return id(x) // P in full and not on_head_page(x)
+def check_kept():
+    assert len(kept) == len(values) and all(a == b for a, b in zip(kept, values))
+check_kept()
+new = [float(i) + 0.25 for i in range(300000)]
+assert not any(released(x) for x in new), "a float on a released page"
+assert all(x == float(i) + 0.25 for i, x in enumerate(new))
+check_kept()
+# frees into the full pools relink them; new floats use those blocks only
+del kept[::2], values[::2]
+newer = [float(i) + 0.125 for i in range(len(kept) * 2)]
+assert any(id(x) // P in full for x in newer)
+assert not any(released(x) for x in newer)
+assert all(x == float(i) + 0.125 for i, x in enumerate(newer))
+check_kept()
+fmem.compact()
+check_kept()
+assert all(x == float(i) + 0.125 for i, x in enumerate(newer))
+# emptied and rebuilt: the whole pool is carved again
+del kept, newer, new
+gc.collect()
+fmem.compact()
+last = [float(i) + 0.75 for i in range(600000)]
+assert any(released(x) for x in last), "released pages never used again"
+assert all(x == float(i) + 0.75 for i, x in enumerate(last))
+print("ok", len(full), f0 - f1)
+fmem.unlink(uri)
+""", malloc)
+    assert out.startswith("ok"), out

@@ -12,8 +12,10 @@ const char fp_compact_doc[] =
     "give the freed pool chunks back; objects keep their addresses. budget:\n"
     "bytes of objects that may be copied (0: no limit). target None: the\n"
     "arena allocator's heap and the default pool's heap, those that exist and\n"
-    "can be compacted, and the empty pymalloc pools of the arena allocator's\n"
-    "arenas are given back (release_empty_pools(), where supported).\n"
+    "can be compacted; then the empty pymalloc pools of the arena allocator's\n"
+    "arenas are given back (release_empty_pools(), where supported), and\n"
+    "the 4 KiB pages of its used pools that hold no object (all but each\n"
+    "pool's header page).\n"
     "Returns the bytes given back. NotSupportedError\n"
     "for a target whose heap cannot be compacted (a Region, or a private\n"
     "'mem:' pool: only shm:/file: pools map a chunk twice). Heap statistics\n"
@@ -65,6 +67,9 @@ PyObject *fp_compact(PyObject *module, PyObject *args, PyObject *kw)
         int64_t got = fmem_hooks_python_release_empty_pools();
         if (got > 0)
             total += got; /* skipped where not supported */
+        got = fmem_hooks_python_release_free_pages();
+        if (got > 0)
+            total += got;
     }
     return PyLong_FromLongLong(total);
 }
