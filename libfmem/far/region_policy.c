@@ -587,10 +587,12 @@ static void group_put(struct group_seen *t, unsigned level, uint32_t g, uint64_t
     e->stamp = now;
 }
 
-static void fetch_set(struct fmem_region *r, struct region_policy *p, unsigned f)
+/* From `from` to `to`, unless fmem_region_tune set a value meanwhile (the
+ * handler checked `fixed` before it was set: the explicit value wins). */
+static void fetch_set(struct fmem_region *r, struct region_policy *p, unsigned from, unsigned to)
 {
-    atomic_store(&r->tune.fetch, f);
-    atomic_fetch_add(&p->fetch_changes, 1);
+    if (atomic_compare_exchange_strong(&r->tune.fetch, &from, to))
+        atomic_fetch_add(&p->fetch_changes, 1);
     p->f_meas = p->f_pairs = p->f_probes = p->f_probe_used = 0;
 }
 
@@ -628,12 +630,12 @@ static void fetch_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         return;
     if (p->f_probes >= PROBE_WINDOW) {
         if (p->f_probe_used * 100 < SHRINK_PCT * p->f_probes && f > 1)
-            fetch_set(r, p, f / 2);
+            fetch_set(r, p, f, f / 2);
         else
             p->f_probes = p->f_probe_used = 0;
     } else if (p->f_meas >= FETCH_WINDOW) {
         if (p->f_pairs * 100 >= GROW_PCT * p->f_meas && f < policy_fetch_max(r))
-            fetch_set(r, p, f * 2);
+            fetch_set(r, p, f, f * 2);
         else
             p->f_meas = p->f_pairs = 0;
     }
