@@ -45,13 +45,15 @@
  *     fault's lifetime in the cache (cap / (2 * fetch) faults): had the
  *     fetch been twice as large, that fault would not have happened.
  *     When at least GROW_PCT % of FETCH_WINDOW measured faults are pairs
- *     the fetch size doubles. To see whether the neighbours a fetch
+ *     the fetch size doubles (GROW_PCT_SIDE % while the doubled group
+ *     still fits the paths new chunks go to: its transfers run side by
+ *     side). To see whether the neighbours a fetch
  *     brings are used (a read of a mapped page is invisible to the
  *     handler), every PROBE_EVERY-th measured fault fetches only the half
  *     of its group around the fault (a probe); a fault on the other half
  *     within its lifetime means the whole group would have been used.
- *     When fewer than SHRINK_PCT % of PROBE_WINDOW probes are followed so,
- *     the fetch size halves: fetched neighbours go unused (a random
+ *     When fewer than SHRINK_PCT % (SHRINK_PCT_SIDE % while the group fits
+ *     the paths) of PROBE_WINDOW probes are followed so, the size halves: fetched neighbours go unused (a random
  *     gather, or waste). Write faults and first touches of fresh memory
  *     bring in their own run as before and are not measured.
  * The unit size is fixed at creation and not changed.
@@ -94,9 +96,16 @@ struct stream {
 #define FETCH_WINDOW 64   /* measured faults per decision to grow */
 #define PROBE_WINDOW 16   /* probes per decision to shrink */
 #define PROBE_EVERY 8     /* measured faults per probe, at a fetch size > 1 */
-#define GROW_PCT 40       /* % pairs that double the fetch size */
-#define SHRINK_PCT 20     /* % probes followed on their other half, below
-                           * which it halves */
+/* % pairs that double the fetch size, and % probes followed on their
+ * other half below which it halves: while the group fits the paths new
+ * chunks go to (consecutive units are on different paths) its transfers
+ * run side by side and a larger fetch costs a demand fault hardly any
+ * time, so a quarter of the faults saved pays; beyond, each doubling
+ * doubles the transfer time and must save half the faults */
+#define GROW_PCT_SIDE 25
+#define SHRINK_PCT_SIDE 10
+#define GROW_PCT 50
+#define SHRINK_PCT 30
 
 struct group_seen {
     uint64_t key;   /* level << 32 | group index, + 1; 0: empty */
@@ -628,13 +637,16 @@ static void fetch_note(struct fmem_region *r, struct region_policy *p, uint32_t 
     }
     if (fixed(r, FMEM_REGION_TUNE_FETCH))
         return;
+    unsigned side = atomic_load_explicit(&r->tune.stripe, memory_order_relaxed);
     if (p->f_probes >= PROBE_WINDOW) {
-        if (p->f_probe_used * 100 < SHRINK_PCT * p->f_probes && f > 1)
+        unsigned pct = f <= side ? SHRINK_PCT_SIDE : SHRINK_PCT;
+        if (p->f_probe_used * 100 < pct * p->f_probes && f > 1)
             fetch_set(r, p, f, f / 2);
         else
             p->f_probes = p->f_probe_used = 0;
     } else if (p->f_meas >= FETCH_WINDOW) {
-        if (p->f_pairs * 100 >= GROW_PCT * p->f_meas && f < policy_fetch_max(r))
+        unsigned pct = 2 * f <= side ? GROW_PCT_SIDE : GROW_PCT;
+        if (p->f_pairs * 100 >= pct * p->f_meas && f < policy_fetch_max(r))
             fetch_set(r, p, f, f * 2);
         else
             p->f_meas = p->f_pairs = 0;
