@@ -19,13 +19,14 @@
  * rtt_ns= per node); the last link is slower than the others, as when one
  * path to far memory is a slower NIC, a busier node or a device. The
  * parameters the policy (libfmem/far/region_policy.c) chooses are the
- * placement of chunks over the paths, the read-ahead depth and the I/O
- * width. The fixed settings are every combination fmem_region_tune()
+ * placement of chunks over the paths, the read-ahead depth, the I/O
+ * width and the fetch size. The fixed settings are every combination fmem_region_tune()
  * offers on the grid
  *   stripe 1..N (chunks spread evenly over nodes 0..stripe-1)
  *   x read-ahead off / 1/32 of the cache / 1/4 of the cache
  *   x I/O width 1 / 2N,
- * 6N settings. Placement happens when a chunk is first written, so every
+ * 6N settings, all at a fetch size of one unit (FMEM_REGION_TUNE_FETCH).
+ * Placement happens when a chunk is first written, so every
  * stripe width has its own region (and the policy one more), each filled
  * with the same data; the read-ahead depth and I/O width are changed
  * between runs on the same region.
@@ -63,6 +64,10 @@
  * pairs the finalist first; the finalists take turns pair by pair), and
  * the figure is the median of the K paired ratios policy / finalist,
  * printed with its min, quartiles and max next to the selection ratio.
+ * The fetch size is a further dimension of the fixed settings there: per
+ * workload the selection's best finalist also runs at fetch sizes of 4
+ * units and of the largest the region allows (fetch_max: 16 units of
+ * 16 KiB with the defaults) as two more finalists.
  * The verdict per workload is against the finalist with the lowest
  * median. The random gather does M times as many reads per run there
  * (512 selection reads are about a second; the report gives one
@@ -188,10 +193,12 @@ static int make_region(const struct wo *o, fmem_pool *pool, unsigned stripe, str
 #define MAX_ROUNDS 15
 #define MAX_PAIRS 15 /* median() holds MAX_ROUNDS values */
 #define NFINAL 3     /* finalists per workload */
+#define NFETCH 2     /* larger fixed fetch sizes tried with the best finalist */
 
 struct cfg {
     unsigned reg;             /* index into the regions */
     unsigned ra, io;          /* fixed read-ahead and I/O width */
+    unsigned fetch;           /* fixed fetch size, units (0: 1) */
     int partial;              /* on the policy's region: only ra and io fixed */
     double runs[NWL][MAX_ROUNDS];
     double ref[NWL][MAX_ROUNDS]; /* the policy's figure next to each run */
@@ -225,10 +232,13 @@ static int run_cfg(const struct wo *o, struct reg *regs, struct cfg *cf, unsigne
     fmem_region_tuning t = {0}; /* the policy's region: nothing fixed */
     if (g->stripe)
         t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_ALL, .prefetch = cf[c].ra,
-                                 .stripe = g->stripe, .io_width = cf[c].io};
+                                 .stripe = g->stripe, .io_width = cf[c].io,
+                                 .fetch = cf[c].fetch ? cf[c].fetch : 1};
     else if (cf[c].partial)
-        t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_PREFETCH | FMEM_REGION_TUNE_IO_WIDTH,
-                                 .prefetch = cf[c].ra, .io_width = cf[c].io};
+        t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_PREFETCH | FMEM_REGION_TUNE_IO_WIDTH |
+                                        FMEM_REGION_TUNE_FETCH,
+                                 .prefetch = cf[c].ra, .io_width = cf[c].io,
+                                 .fetch = cf[c].fetch ? cf[c].fetch : 1};
     int rc = fmem_region_tune(g->r, &t);
     if (rc)
         return rc;
@@ -331,8 +341,9 @@ int fmem_bench_policy(int argc, char **argv)
     unsigned depths[3] = {0, cap / 32 ? cap / 32 : 1, cap / 4};
     unsigned widths[2] = {1, 2 * n > 16 ? 16 : 2 * n};
     unsigned ncfg = n * 6 + 1;
-    /* one more: the sanity row of the confirmation phase */
-    struct cfg *cf = calloc(ncfg + 1, sizeof *cf);
+    /* one more: the sanity row of the confirmation phase; then per
+     * workload the best finalist at the larger fetch sizes */
+    struct cfg *cf = calloc(ncfg + 1 + NWL * NFETCH, sizeof *cf);
     uint64_t rand_reads = o.size / (16 << 10);
     if (!cf)
         rc = FMEM_ENOMEM;
@@ -453,10 +464,10 @@ int fmem_bench_policy(int argc, char **argv)
             const fmem_region_stats_t *ps = &pol->st[w];
             fprintf(out, "%-6s selection: policy / best fixed (stripe %u, ra %u, io %u) = %.3f "
                          "(medians: policy %.2f MB/s, that setting %.2f MB/s); policy chose: "
-                         "placing on %u of %u paths, ra %u, io %u, seq %u %%\n",
+                         "placing on %u of %u paths, ra %u, io %u, fetch %u, seq %u %%\n",
                     wl_name[w], regs[b->reg].stripe, b->ra, b->io, worst[w], pol->best[w],
                     b->best[w], ps->stripe_width, ps->paths, ps->prefetch_units, ps->io_width,
-                    ps->seq_pct);
+                    ps->fetch_units, ps->seq_pct);
         }
         /* Confirmation phase: the policy and each finalist alternate in
          * pairs, ABBA (even pairs policy first, odd pairs the finalist
@@ -469,7 +480,23 @@ int fmem_bench_policy(int argc, char **argv)
         struct cfg *san = &cf[ncfg];
         *san = (struct cfg){.reg = n, .ra = pol->st[WL_RAND].prefetch_units,
                             .io = pol->st[WL_RAND].io_width ? pol->st[WL_RAND].io_width : 1,
-                            .partial = 1};
+                            .fetch = pol->st[WL_RAND].fetch_units, .partial = 1};
+        /* The fetch size as a dimension of the fixed settings: the
+         * selection ran at one unit per fault; per workload its best
+         * finalist also runs at fetch sizes of 4 units and the largest the
+         * region allows (fetch_max), as extra finalists. */
+        fmem_region_tuning tg;
+        unsigned fmax = fmem_region_tuning_get(regs[0].r, &tg) == 0 ? tg.fetch_max : 1;
+        unsigned fx[NFETCH] = {4 < fmax ? 4 : fmax, fmax}, nfx = 0;
+        for (unsigned j = 0; j < NFETCH; j++)
+            if (fx[j] > 1 && (nfx == 0 || fx[nfx - 1] != fx[j]))
+                fx[nfx++] = fx[j];
+        for (int w = 0; w < NWL; w++)
+            for (unsigned j = 0; j < nfx; j++) {
+                struct cfg *x = &cf[ncfg + 1 + w * NFETCH + j];
+                const struct cfg *b = &cf[fin[w][0]];
+                *x = (struct cfg){.reg = b->reg, .ra = b->ra, .io = b->io, .fetch = fx[j]};
+            }
         fprintf(out, "confirmation: %u ABBA pairs of the policy and each finalist; rand runs "
                      "%llu reads (selection: %llu)\n",
                 o.pairs, (unsigned long long)(rand_reads * o.rand_scale),
@@ -478,13 +505,15 @@ int fmem_bench_policy(int argc, char **argv)
                 "median", "min", "q1", "q3", "max");
         int beaten = 0, close = 1;
         for (int w = 0; rc == 0 && w < NWL; w++) {
-            unsigned nrow = NFINAL + (w == WL_RAND);
+            unsigned nfin = NFINAL + nfx, nrow = nfin + (w == WL_RAND);
             uint64_t reads = w == WL_RAND ? rand_reads * o.rand_scale : rand_reads;
-            double q[NFINAL + 1][MAX_PAIRS], psec = 0;
+            double q[NFINAL + NFETCH + 1][MAX_PAIRS], psec = 0;
             unsigned npsec = 0;
             for (unsigned k = 0; rc == 0 && k < o.pairs; k++)
                 for (unsigned r = 0; rc == 0 && r < nrow; r++) {
-                    unsigned c = r < NFINAL ? fin[w][r] : ncfg;
+                    unsigned c = r < NFINAL ? fin[w][r]
+                                 : r < nfin ? ncfg + 1 + (unsigned)w * NFETCH + (r - NFINAL)
+                                            : ncfg;
                     double fp = 0, ff = 0;
                     for (int step = 0; rc == 0 && step < 2; step++) {
                         int policy_now = (step == 0) == (k % 2 == 0);
@@ -500,7 +529,9 @@ int fmem_bench_policy(int argc, char **argv)
             double best_med = 0;
             unsigned best_r = 0;
             for (unsigned r = 0; rc == 0 && r < nrow; r++) {
-                const struct cfg *f = r < NFINAL ? &cf[fin[w][r]] : san;
+                const struct cfg *f = r < NFINAL ? &cf[fin[w][r]]
+                                      : r < nfin ? &cf[ncfg + 1 + w * NFETCH + (r - NFINAL)]
+                                                 : san;
                 double v[MAX_PAIRS];
                 memcpy(v, q[r], o.pairs * sizeof *v);
                 qsort(v, o.pairs, sizeof *v, cmp_double);
@@ -509,36 +540,40 @@ int fmem_bench_policy(int argc, char **argv)
                 double q1 = median(v, (o.pairs + 1) / 2), q3 = median(v + o.pairs / 2,
                                                                       (o.pairs + 1) / 2);
                 char what[48];
-                if (r < NFINAL)
-                    snprintf(what, sizeof what, "stripe %u, ra %u, io %u", regs[f->reg].stripe,
-                             f->ra, f->io);
+                if (r < nfin)
+                    snprintf(what, sizeof what, "stripe %u, ra %u, io %u, fetch %u",
+                             regs[f->reg].stripe, f->ra, f->io, f->fetch ? f->fetch : 1);
                 else
-                    snprintf(what, sizeof what, "sanity: policy placement, ra %u, io %u", f->ra,
-                             f->io);
-                fprintf(out, "  %-6s %-36s %7.3f %7.3f %7.3f %7.3f %7.3f %9.3f\n", wl_name[w],
+                    snprintf(what, sizeof what, "sanity: policy placement, ra %u, io %u, fetch %u",
+                             f->ra, f->io, f->fetch);
+                fprintf(out, "  %-6s %-44s %7.3f %7.3f %7.3f %7.3f %7.3f %9.3f\n", wl_name[w],
                         what, r < NFINAL ? f->ratio[w] : 0.0, med, v[0], q1, q3,
                         v[o.pairs - 1]);
-                if (r < NFINAL && (r == 0 || med < best_med)) {
+                if (r < nfin && (r == 0 || med < best_med)) {
                     best_med = med;
                     best_r = r;
                 }
                 if (o.json)
                     printf("{\"workload\":\"region_policy\",\"phase\":\"confirm\",\"pattern\":"
                            "\"%s\",\"finalist\":{\"stripe\":%u,\"prefetch\":%u,\"io_width\":%u,"
-                           "\"sanity\":%s},\"selection_ratio\":%.4g,\"median_ratio\":%.4g,"
-                           "\"min\":%.4g,\"q1\":%.4g,\"q3\":%.4g,\"max\":%.4g,\"pairs\":%u}\n",
-                           wl_name[w], regs[f->reg].stripe, f->ra, f->io,
-                           r < NFINAL ? "false" : "true", r < NFINAL ? f->ratio[w] : 0.0, med,
+                           "\"fetch\":%u,\"sanity\":%s},\"selection_ratio\":%.4g,"
+                           "\"median_ratio\":%.4g,\"min\":%.4g,\"q1\":%.4g,\"q3\":%.4g,"
+                           "\"max\":%.4g,\"pairs\":%u}\n",
+                           wl_name[w], regs[f->reg].stripe, f->ra, f->io, f->fetch ? f->fetch : 1,
+                           r < nfin ? "false" : "true", r < NFINAL ? f->ratio[w] : 0.0, med,
                            v[0], q1, q3, v[o.pairs - 1], o.pairs);
             }
             if (rc)
                 break;
-            const struct cfg *b = &cf[fin[w][best_r]];
+            const struct cfg *b = best_r < NFINAL ? &cf[fin[w][best_r]]
+                                                  : &cf[ncfg + 1 + w * NFETCH + (best_r - NFINAL)];
             beaten += best_med > 1;
             close &= best_med >= 0.9;
             fprintf(out, "%-6s verdict (confirmation): policy / best finalist (stripe %u, ra %u, "
-                         "io %u) = %.3f, median of %u pairs\n",
-                    wl_name[w], regs[b->reg].stripe, b->ra, b->io, best_med, o.pairs);
+                         "io %u, fetch %u) = %.3f, median of %u pairs; the policy's fetch size "
+                         "%u\n",
+                    wl_name[w], regs[b->reg].stripe, b->ra, b->io, b->fetch ? b->fetch : 1,
+                    best_med, o.pairs, pol->st[w].fetch_units);
             if (w == WL_RAND && npsec)
                 fprintf(out, "rand   one confirmation run: %llu reads in %.2f s on average "
                              "(policy)\n",

@@ -53,7 +53,7 @@ rc=$?
 [ $rc -eq 0 ] || fail "status --processes exited $rc"
 grep -q "^process $apid (status_app): 1 region, 2 ssd:/zmem: nodes" "$dir/text" ||
     fail "no process line for $apid: $(head -3 "$dir/text")"
-grep -q "parameters: unit 16.0 KiB, read-ahead [0-9]* units, stripe [0-9]* of [0-9]* paths, I/O width [0-9]*, tier " "$dir/text" ||
+grep -q "parameters: unit 16.0 KiB, fetch [0-9.]* [KM]iB ([0-9]* units, at most [0-9]*), read-ahead [0-9]* units, stripe [0-9]* of [0-9]* paths, I/O width [0-9]*, tier " "$dir/text" ||
     fail "no parameters line"
 grep -q "path 0 (mem)" "$dir/text" || fail "no path 0 line"
 grep -q "node zmem (" "$dir/text" || fail "no zmem node"
@@ -81,8 +81,11 @@ assert len(p["regions"]) == 1, p
 g = p["regions"][0]
 assert g["size"] == 8 << 20 and g["unit"] == 16 << 10, g
 par = g["parameters"]
-for k in ("unit", "prefetch_units", "stripe_width", "paths", "io_width", "tier"):
+for k in ("unit", "prefetch_units", "stripe_width", "paths", "io_width", "tier", "fetch_units",
+          "fetch_max"):
     assert k in par, par
+assert 1 <= par["fetch_units"] <= par["fetch_max"], par
+assert "fetch" in par["fixed"], par
 assert par["paths"] >= 2 and par["io_width"] >= 1, par
 assert g["faults"] > 0 and g["evictions"] > 0 and g["writebacks"] > 0, g
 written = sum(x["bytes_written"] for x in g["paths"])

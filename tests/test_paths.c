@@ -273,7 +273,8 @@ Test(paths_tune, bad_values_refused)
     cr_assert_eq(fmem_region_tune(r, &t), FMEM_EINVAL);
     cr_assert_eq(fmem_region_tune(NULL, &t), FMEM_EINVAL);
     cr_assert_eq(fmem_region_tune(r, NULL), FMEM_EINVAL);
-    t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_ALL, .prefetch = 16, .stripe = 2, .io_width = 3};
+    t = (fmem_region_tuning){.set = FMEM_REGION_TUNE_ALL, .prefetch = 16, .stripe = 2, .io_width = 3,
+                             .fetch = 1};
     cr_assert_eq(fmem_region_tune(r, &t), 0);
     fmem_region_tuning g;
     cr_assert_eq(fmem_region_tuning_get(r, &g), 0);
@@ -369,7 +370,8 @@ Test(paths_policy, follows_the_faults_unless_fixed, .timeout = 120)
     cr_assert_eq(st.prefetch_units, 8);
     fmem_region_tuning g;
     cr_assert_eq(fmem_region_tuning_get(r, &g), 0);
-    cr_assert_eq(g.set, FMEM_REGION_TUNE_PREFETCH);
+    /* (an explicit unit fixes the fetch size at one unit) */
+    cr_assert_eq(g.set, FMEM_REGION_TUNE_PREFETCH | FMEM_REGION_TUNE_FETCH);
     fmem_region_destroy(r);
     fmem_close(p);
 }

@@ -48,20 +48,22 @@ static double mb_s(uint64_t bytes, uint64_t ns)
 
 static void fixed_text(char *b, size_t n, uint32_t set)
 {
-    snprintf(b, n, "%s%s%s%s%s", set & FMEM_REGION_TUNE_PREFETCH ? " read-ahead" : "",
+    snprintf(b, n, "%s%s%s%s%s%s", set & FMEM_REGION_TUNE_PREFETCH ? " read-ahead" : "",
              set & FMEM_REGION_TUNE_STRIPE ? " stripe" : "",
              set & FMEM_REGION_TUNE_IO_WIDTH ? " io-width" : "",
-             set & FMEM_REGION_TUNE_TIER ? " tier" : "", set ? "" : " none (all chosen)");
+             set & FMEM_REGION_TUNE_TIER ? " tier" : "",
+             set & FMEM_REGION_TUNE_FETCH ? " fetch" : "", set ? "" : " none (all chosen)");
 }
 
 static void text_region(const struct sp_region *r, FILE *f)
 {
-    char sz[32], unit[32], cache[32], held[32], remote[32], fx[80];
+    char sz[32], unit[32], cache[32], held[32], remote[32], fx[96], fetch[32];
     status_human(sz, sizeof sz, r->size);
     status_human(unit, sizeof unit, r->unit);
     status_human(cache, sizeof cache, r->cache_bytes);
     status_human(held, sizeof held, r->cached_bytes);
     status_human(remote, sizeof remote, r->remote_bytes);
+    status_human(fetch, sizeof fetch, r->unit * (r->fetch_units ? r->fetch_units : 1));
     fixed_text(fx, sizeof fx, r->fixed);
     fprintf(f, "  region %llu: %s in %s units, cache %s (%s held), %s in far memory\n",
             U(r->serial), sz, unit, cache, held, remote);
@@ -70,9 +72,9 @@ static void text_region(const struct sp_region *r, FILE *f)
             U(r->faults), U(r->missing_faults), U(r->fault_rate), U(r->fetches),
             U(r->prefetches), U(r->evictions), U(r->writebacks), U(r->tier_moves),
             U(r->alloc_failures));
-    fprintf(f, "    parameters: unit %s, read-ahead %u units, stripe %u of %u paths, I/O width "
-               "%u, tier %s; fixed:%s\n",
-            unit, r->prefetch_units, r->stripe_width, r->paths, r->io_width, tier_name(r->tier),
+    fprintf(f, "    parameters: unit %s, fetch %s (%u units, at most %u), read-ahead %u units, "
+               "stripe %u of %u paths, I/O width %u, tier %s; fixed:%s\n",
+            unit, fetch, r->fetch_units, r->fetch_max, r->prefetch_units, r->stripe_width, r->paths, r->io_width, tier_name(r->tier),
             fx);
     fprintf(f, "    seen: %u %% sequential, %u %% writes, %u %% re-faults\n", r->seq_pct,
             r->write_pct, r->refault_pct);
@@ -136,18 +138,22 @@ static void json_region(const struct sp_region *r, FILE *f)
                "\"bytes_fetched\": %llu, \"bytes_written\": %llu, \"tier_moves\": %llu, "
                "\"alloc_failures\": %llu, \"parameters\": {\"unit\": %llu, "
                "\"prefetch_units\": %u, \"stripe_width\": %u, \"paths\": %u, \"io_width\": %u, "
+               "\"fetch_units\": %u, \"fetch_max\": %u, "
                "\"tier\": \"%s\", \"fixed\": {\"prefetch\": %s, \"stripe\": %s, "
-               "\"io_width\": %s, \"tier\": %s}}, \"seq_pct\": %u, \"write_pct\": %u, "
+               "\"io_width\": %s, \"tier\": %s, \"fetch\": %s}}, \"seq_pct\": %u, "
+               "\"write_pct\": %u, "
                "\"refault_pct\": %u, \"paths\": [",
             U(r->serial), U(r->size), U(r->unit), U(r->cache_bytes), U(r->cached_bytes),
             U(r->remote_bytes), U(r->faults), U(r->missing_faults), U(r->fault_rate),
             U(r->fetches), U(r->prefetches), U(r->evictions), U(r->writebacks),
             U(r->bytes_fetched), U(r->bytes_written), U(r->tier_moves), U(r->alloc_failures),
             U(r->unit), r->prefetch_units, r->stripe_width, r->paths, r->io_width,
+            r->fetch_units, r->fetch_max,
             tier_name(r->tier), r->fixed & FMEM_REGION_TUNE_PREFETCH ? "true" : "false",
             r->fixed & FMEM_REGION_TUNE_STRIPE ? "true" : "false",
             r->fixed & FMEM_REGION_TUNE_IO_WIDTH ? "true" : "false",
-            r->fixed & FMEM_REGION_TUNE_TIER ? "true" : "false", r->seq_pct, r->write_pct,
+            r->fixed & FMEM_REGION_TUNE_TIER ? "true" : "false",
+            r->fixed & FMEM_REGION_TUNE_FETCH ? "true" : "false", r->seq_pct, r->write_pct,
             r->refault_pct);
     for (unsigned k = 0; k < r->npaths; k++) {
         const struct sp_path *p = &r->path[k];

@@ -139,6 +139,8 @@ void lfmem_push_region_stats(lua_State *L, fmem_region *region)
     lfmem_setint(L, "write_pct", st.write_pct);
     lfmem_setint(L, "refault_pct", st.refault_pct);
     lfmem_setint(L, "refault_dist", st.refault_dist);
+    lfmem_setint(L, "fetch_units", st.fetch_units);
+    lfmem_setint(L, "fetch_max", st.fetch_max);
     lfmem_setint(L, "tier_moves", st.tier_moves);
     fmem_region_path_t p[16];
     int n = fmem_region_paths(region, p, 16);

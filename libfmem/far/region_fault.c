@@ -495,6 +495,45 @@ static uint32_t fresh_run_max(const struct fmem_region *r)
     return most > FRESH_RUN_MAX ? FRESH_RUN_MAX : most;
 }
 
+/* The fetch size (region_policy.c): a demand read fault on unit u that
+ * has pool data or was written brings in the absent units of the aligned
+ * group of policy_fetch_units() units around u, as one run with u in it
+ * (the units next to u that are absent and not being mapped by the
+ * prefetcher, while slots are free). Takes their slots and fills rem[]
+ * from index 0 (rem[0] is u's on entry); returns the run's first unit and
+ * sets *n to its length (lock held). */
+static uint32_t fetch_group(struct fmem_region *r, uint32_t u, uint32_t *n, uint8_t *rem)
+{
+    uint32_t g = policy_fetch_units(r);
+    if (g <= 1)
+        return u;
+    uint32_t g0 = u & ~(g - 1), g1 = g0 + g > r->nunits ? r->nunits : g0 + g;
+    uint32_t first = u, end = u + *n;
+#define FREE_UNIT(v) (r->units[v].state == UNIT_ABSENT && r->ring[r->units[v].slot] != (v))
+    while (first > g0 && r->nfree > 1 && FREE_UNIT(first - 1))
+        cache_take_slot(r, --first);
+    while (end < g1 && r->nfree > 1 && FREE_UNIT(end))
+        cache_take_slot(r, end++);
+#undef FREE_UNIT
+    uint8_t remu = rem[0];
+    for (uint32_t v = first; v < end; v++)
+        rem[v - first] = v == u ? remu : (uint8_t)!!(r->units[v].flags & UF_REMOTE);
+    *n = end - first;
+    return first;
+}
+
+/* After a group's install: the neighbours brought along were not asked
+ * for, so they get no reference bit (CLOCK evicts them first if the
+ * program never wants them). */
+static void fetch_group_done(struct fmem_region *r, uint32_t u, uint32_t first, uint32_t n)
+{
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t v = first; v < first + n; v++)
+        if (v != u && r->units[v].state == UNIT_RESIDENT && !(r->units[v].flags & UF_DIRTY))
+            r->units[v].flags &= (uint8_t)~UF_REF;
+    pthread_mutex_unlock(&r->lock);
+}
+
 static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
 {
     uintptr_t a = m->addr & ~(uintptr_t)(UFFD_PAGE - 1), b = (uintptr_t)r->base;
@@ -547,10 +586,16 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
             cache_take_slot(r, u + n);
             rem[n++] = 0;
         }
+        uint32_t first = u;
+        int group = !fresh && !write;
+        if (group)
+            first = fetch_group(r, u, &n, rem);
         pthread_mutex_unlock(&r->lock);
-        region_install_run(r, 0, u, n, rem, write, 1);
+        region_install_run(r, 0, first, n, rem, write, 1);
+        if (group && n > 1)
+            fetch_group_done(r, u, first, n);
         policy_note_fault(r, u, write);
-        readahead_note(r, u, n, write);
+        readahead_note(r, u, first + n - u, write);
         return FAULT_DONE;
     }
     case UNIT_EVICTING:

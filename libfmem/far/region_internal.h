@@ -154,6 +154,7 @@ struct region_tuning {
     _Atomic unsigned prefetch; /* read-ahead depth, units (0: off) */
     _Atomic unsigned stripe;   /* nodes new chunks are spread over */
     _Atomic unsigned io_width; /* transfers in flight at once */
+    _Atomic unsigned fetch;    /* units a demand read fault brings in */
     _Atomic unsigned fixed;    /* FMEM_REGION_TUNE_* bits set explicitly */
 };
 

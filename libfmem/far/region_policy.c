@@ -37,8 +37,28 @@
  *     unit hot enough to stay cached keeps its last verdict. A new chunk
  *     goes to a node of the tier its history asks for; at the write-back
  *     of a dirty unit a chunk on the wrong tier moves (region_remote.c);
+ *   - the fetch size (fetch_note): a demand read fault brings in the
+ *     aligned group of `fetch` units around it (a power of two; the unit
+ *     stays the granule of the cache). Faults that continue no stream
+ *     are measured: a pair is a fault whose buddy group (the other half
+ *     of the aligned group twice the size) was fetched within the
+ *     fault's lifetime in the cache (cap / (2 * fetch) faults): had the
+ *     fetch been twice as large, that fault would not have happened.
+ *     When at least GROW_PCT % of FETCH_WINDOW measured faults are pairs
+ *     the fetch size doubles (GROW_PCT_SIDE % while the doubled group
+ *     still fits the paths new chunks go to: its transfers run side by
+ *     side). To see whether the neighbours a fetch
+ *     brings are used (a read of a mapped page is invisible to the
+ *     handler), every PROBE_EVERY-th measured fault fetches only the half
+ *     of its group around the fault (a probe); a fault on the other half
+ *     within its lifetime means the whole group would have been used.
+ *     When fewer than SHRINK_PCT % (SHRINK_PCT_SIDE % while the group fits
+ *     the paths) of PROBE_WINDOW probes are followed so, the size halves: fetched neighbours go unused (a random
+ *     gather, or waste). Write faults and first touches of fresh memory
+ *     bring in their own run as before and are not measured.
  * The unit size is fixed at creation and not changed.
- * An explicit setting (cfg->prefetch, fmem_region_tune) always wins; an
+ * An explicit setting (cfg->prefetch, an explicit cfg->fetch_unit: a
+ * fetch size of one unit, fmem_region_tune) always wins; an
  * explicit stripe width without an explicit tier turns tiers off. */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -71,6 +91,27 @@ struct stream {
 #define NSTREAMS 8
 #define STREAM_KEEP 1024 /* faults an established stream is kept while idle */
 
+/* fetch size (see the head comment) */
+#define GROUPS 512        /* recent fetched groups remembered (hashed) */
+#define FETCH_WINDOW 64   /* measured faults per decision to grow */
+#define PROBE_WINDOW 16   /* probes per decision to shrink */
+#define PROBE_EVERY 8     /* measured faults per probe, at a fetch size > 1 */
+/* % pairs that double the fetch size, and % probes followed on their
+ * other half below which it halves: while the group fits the paths new
+ * chunks go to (consecutive units are on different paths) its transfers
+ * run side by side and a larger fetch costs a demand fault hardly any
+ * time, so a quarter of the faults saved pays; beyond, each doubling
+ * doubles the transfer time and must save half the faults */
+#define GROW_PCT_SIDE 25
+#define SHRINK_PCT_SIDE 10
+#define GROW_PCT 50
+#define SHRINK_PCT 30
+
+struct group_seen {
+    uint64_t key;   /* level << 32 | group index, + 1; 0: empty */
+    uint64_t stamp; /* fault number of the fetch */
+};
+
 struct region_policy {
     /* handler-private */
     struct stream streams[NSTREAMS];
@@ -83,6 +124,11 @@ struct region_policy {
     uint32_t unit_of[RECENT];
     uint64_t stamp[RECENT]; /* fault number + 1; 0: empty */
     unsigned depth_max;     /* full read-ahead depth */
+    /* fetch size: the fault being served (units fetched, 0: not
+     * measured; a probe?), recent fetches and probes, the counts */
+    unsigned fetch_now, probe_now, probe_tick;
+    uint32_t f_meas, f_pairs, f_probes, f_probe_used;
+    struct group_seen seen[GROUPS], probes[GROUPS];
     /* placement (set at creation, read by whoever allocates chunks) */
     uint8_t place[PLACE_MAX]; /* chunk c of a group goes to place[c % ileave] */
     unsigned share[REGION_MAX_PATHS]; /* entries of place[] per path */
@@ -94,7 +140,7 @@ struct region_policy {
     _Atomic unsigned tier; /* FMEM_REGION_TIER_* */
     _Atomic uint64_t *last_fault, *dist, moves;
     /* published */
-    _Atomic uint64_t fault_rate, decisions;
+    _Atomic uint64_t fault_rate, decisions, fetch_changes;
     _Atomic uint32_t seq_pct, write_pct, refault_pct, refault_dist;
 };
 
@@ -140,7 +186,10 @@ int policy_init(struct fmem_region *r, const fmem_region_config *cfg)
     atomic_store(&r->tune.prefetch, r->prefetch);
     atomic_store(&r->tune.stripe, placing_paths(r, p));
     atomic_store(&r->tune.io_width, default_io_width(r));
-    atomic_store(&r->tune.fixed, cfg->prefetch ? FMEM_REGION_TUNE_PREFETCH : 0u);
+    atomic_store(&r->tune.fetch, 1u);
+    /* an explicit unit is what a fault brings in: the fetch size is fixed */
+    atomic_store(&r->tune.fixed, (cfg->prefetch ? FMEM_REGION_TUNE_PREFETCH : 0u) |
+                                     (cfg->fetch_unit ? FMEM_REGION_TUNE_FETCH : 0u));
     return 0;
 }
 
@@ -483,6 +532,127 @@ void policy_stream_ahead(struct fmem_region *r, uint32_t end)
         p->streams[p->cur].next = end;
 }
 
+/* ---- fetch size ---- */
+
+unsigned policy_fetch_max(const struct fmem_region *r)
+{
+    /* at most 256 KiB, an eighth of the cache, the staging buffer (a
+     * read-ahead step; known once the region is set up) and the 64 units
+     * an install tracks */
+    size_t m = FMEM_REGION_MAX_UNIT >> r->unit_shift;
+    if (r->buf_units && m > r->buf_units)
+        m = r->buf_units;
+    if (m > r->cap / 8)
+        m = r->cap / 8;
+    if (m > 64)
+        m = 64;
+    unsigned f = 1;
+    while (f * 2 <= m)
+        f *= 2;
+    return f;
+}
+
+unsigned policy_fetch_units(struct fmem_region *r)
+{
+    struct region_policy *p = r->policy;
+    unsigned f = atomic_load_explicit(&r->tune.fetch, memory_order_relaxed), max = policy_fetch_max(r);
+    if (f > max)
+        f = max;
+    if (!p)
+        return f ? f : 1;
+    p->probe_now = 0;
+    if (!fixed(r, FMEM_REGION_TUNE_FETCH) && f > 1 && ++p->probe_tick % PROBE_EVERY == 0) {
+        f /= 2;
+        p->probe_now = 1;
+    }
+    p->fetch_now = f;
+    return f;
+}
+
+static unsigned log2u(unsigned v)
+{
+    return v ? 31u - (unsigned)__builtin_clz(v) : 0;
+}
+
+static struct group_seen *group_slot(struct group_seen *t, unsigned level, uint32_t g)
+{
+    uint64_t key = ((uint64_t)level << 32 | g) + 1;
+    return &t[(unsigned)((key * 0x9e3779b97f4a7c15ull) >> 40) % GROUPS];
+}
+
+/* 1: group g of level `level` is in table t, fetched at most `life`
+ * faults ago. */
+static int group_recent(struct group_seen *t, unsigned level, uint32_t g, uint64_t now,
+                        uint64_t life)
+{
+    const struct group_seen *e = group_slot(t, level, g);
+    return e->key == (((uint64_t)level << 32 | g) + 1) && now - e->stamp <= life;
+}
+
+static void group_put(struct group_seen *t, unsigned level, uint32_t g, uint64_t now)
+{
+    struct group_seen *e = group_slot(t, level, g);
+    e->key = ((uint64_t)level << 32 | g) + 1;
+    e->stamp = now;
+}
+
+/* From `from` to `to`, unless fmem_region_tune set a value meanwhile (the
+ * handler checked `fixed` before it was set: the explicit value wins). */
+static void fetch_set(struct fmem_region *r, struct region_policy *p, unsigned from, unsigned to)
+{
+    if (atomic_compare_exchange_strong(&r->tune.fetch, &from, to))
+        atomic_fetch_add(&p->fetch_changes, 1);
+    p->f_meas = p->f_pairs = p->f_probes = p->f_probe_used = 0;
+}
+
+/* The fault on unit u (handler; `stream`: it continued a stream) was
+ * served with p->fetch_now units (0: a write or fresh fault). */
+static void fetch_note(struct fmem_region *r, struct region_policy *p, uint32_t u, int stream)
+{
+    unsigned got = p->fetch_now, probe = p->probe_now;
+    p->fetch_now = p->probe_now = 0;
+    if (got == 0)
+        return;
+    unsigned f = atomic_load_explicit(&r->tune.fetch, memory_order_relaxed);
+    unsigned k = log2u(f), kgot = log2u(got);
+    uint64_t now = p->nfaults;
+    uint64_t life = r->cap / (2u * f);
+    if (life < 2)
+        life = 2;
+    if (!stream) {
+        p->f_meas++;
+        p->f_pairs += group_recent(p->seen, k, (u >> k) ^ 1u, now, life);
+        if (k > 0) {
+            struct group_seen *e = group_slot(p->probes, k - 1, (u >> (k - 1)) ^ 1u);
+            if (group_recent(p->probes, k - 1, (u >> (k - 1)) ^ 1u, now, life * 2)) {
+                p->f_probe_used++;
+                e->key = 0; /* counted once */
+            }
+        }
+    }
+    group_put(p->seen, k, u >> k, now);
+    if (probe) {
+        p->f_probes++;
+        group_put(p->probes, kgot, u >> kgot, now);
+    }
+    if (fixed(r, FMEM_REGION_TUNE_FETCH))
+        return;
+    unsigned side = atomic_load_explicit(&r->tune.stripe, memory_order_relaxed);
+    if (p->f_probes >= PROBE_WINDOW) {
+        unsigned pct = f <= side ? SHRINK_PCT_SIDE : SHRINK_PCT;
+        if (p->f_probe_used * 100 < pct * p->f_probes && f > 1)
+            fetch_set(r, p, f, f / 2);
+        else
+            p->f_probes = p->f_probe_used = 0;
+    } else if (p->f_meas >= FETCH_WINDOW) {
+        unsigned pct = 2 * f <= side ? GROW_PCT_SIDE : GROW_PCT;
+        if (p->f_pairs * 100 >= pct * p->f_meas && f < policy_fetch_max(r))
+            fetch_set(r, p, f, f * 2);
+        else
+            p->f_meas = p->f_pairs = 0;
+    }
+}
+
 void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
 {
     struct region_policy *p = r->policy;
@@ -490,8 +660,10 @@ void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
         return;
     if (p->win_n == 0 && p->win_start_ns == 0)
         p->win_start_ns = tp_now_ns();
-    p->win_seq += stream_note(r, p, u);
+    int stream = stream_note(r, p, u);
+    p->win_seq += stream;
     p->win_write += !!write;
+    fetch_note(r, p, u, stream);
     unsigned h = (unsigned)((u * 2654435761u) >> 22) % RECENT;
     if (p->stamp[h] && p->unit_of[h] == u) {
         p->win_refault++;
@@ -527,6 +699,7 @@ void policy_figures(struct fmem_region *r, struct policy_figures *out)
     out->refault_dist = atomic_load(&p->refault_dist);
     out->decisions = atomic_load(&p->decisions);
     out->tier_moves = atomic_load(&p->moves);
+    out->fetch_changes = atomic_load(&p->fetch_changes);
 }
 
 /* ---- public ------------------------------------------------------------- */
@@ -543,6 +716,9 @@ int fmem_region_tune(fmem_region *r, const fmem_region_tuning *t)
         return FMEM_EINVAL;
     if ((t->set & FMEM_REGION_TUNE_TIER) && t->tier > FMEM_REGION_TIER_SLOW)
         return FMEM_EINVAL;
+    if ((t->set & FMEM_REGION_TUNE_FETCH) &&
+        (t->fetch == 0 || (t->fetch & (t->fetch - 1)) || t->fetch > policy_fetch_max(r)))
+        return FMEM_EINVAL;
     /* fix first, then set: the policy (handler) no longer overwrites */
     atomic_store(&r->tune.fixed, t->set);
     if (t->set & FMEM_REGION_TUNE_PREFETCH)
@@ -551,6 +727,8 @@ int fmem_region_tune(fmem_region *r, const fmem_region_tuning *t)
         atomic_store(&r->tune.stripe, t->stripe);
     if (t->set & FMEM_REGION_TUNE_IO_WIDTH)
         atomic_store(&r->tune.io_width, t->io_width);
+    if (t->set & FMEM_REGION_TUNE_FETCH)
+        atomic_store(&r->tune.fetch, t->fetch);
     if (r->policy)
         atomic_store(&r->policy->tier,
                      t->set & FMEM_REGION_TUNE_TIER ? t->tier : FMEM_REGION_TIER_AUTO);
@@ -567,6 +745,8 @@ int fmem_region_tuning_get(fmem_region *r, fmem_region_tuning *out)
     out->stripe = atomic_load(&r->tune.stripe);
     out->io_width = atomic_load(&r->tune.io_width);
     out->paths = r->npaths;
+    out->fetch = atomic_load(&r->tune.fetch);
+    out->fetch_max = policy_fetch_max(r);
     out->tier = r->policy ? atomic_load(&r->policy->tier) : FMEM_REGION_TIER_NONE;
     return 0;
 }

@@ -33,7 +33,16 @@ struct policy_figures {
     uint32_t refault_dist; /* mean faults between a unit's two faults */
     uint64_t decisions;    /* windows evaluated */
     uint64_t tier_moves;   /* chunks moved between tiers */
+    uint64_t fetch_changes; /* times the policy changed the fetch size */
 };
+/* The fetch size for the demand read fault the handler serves next
+ * (before policy_note_fault for it): it brings in the aligned group of
+ * that many units around the fault. Now and then half the size in force
+ * (a probe, see region_policy.c). A fault served without asking (a write,
+ * a first touch) is not measured. */
+unsigned policy_fetch_units(struct fmem_region *r);
+/* The largest fetch size, units (a power of two). */
+unsigned policy_fetch_max(const struct fmem_region *r);
 /* Chunks per interleave group (remote_init, before policy_init): one per
  * path, or with links of unequal bandwidth the placement weights' cycle
  * (see region_policy.c). */

@@ -333,4 +333,6 @@ void remote_fill_stats(struct fmem_region *r, fmem_region_stats_t *out)
     out->refault_pct = f.refault_pct;
     out->refault_dist = f.refault_dist;
     out->tier_moves = f.tier_moves;
+    out->fetch_units = atomic_load(&r->tune.fetch);
+    out->fetch_max = policy_fetch_max(r);
 }

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define SP_MAGIC UINT64_C(0x544154534d454d46) /* "FMEMSTAT" little-endian */
-#define SP_VERSION 1u
+#define SP_VERSION 2u /* 2: fetch_units, fetch_max */
 #define SP_MAX_REGIONS 32u
 #define SP_MAX_PATHS 16u
 #define SP_MAX_NODES 16u
@@ -43,6 +43,7 @@ struct sp_region {
     /* the parameters in force */
     uint32_t paths, stripe_width, io_width, prefetch_units, tier, fixed;
     uint32_t seq_pct, write_pct, refault_pct, npaths;
+    uint32_t fetch_units, fetch_max; /* the fetch size in force, its largest */
     struct sp_path path[SP_MAX_PATHS];
 };
 

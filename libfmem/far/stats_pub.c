@@ -211,6 +211,8 @@ static void fill_region(struct sp_region *o, const struct pub_region *pr)
         o->seq_pct = s.seq_pct;
         o->write_pct = s.write_pct;
         o->refault_pct = s.refault_pct;
+        o->fetch_units = s.fetch_units;
+        o->fetch_max = s.fetch_max;
     }
     if (fmem_region_tuning_get(r, &t) == 0) {
         o->tier = t.tier;

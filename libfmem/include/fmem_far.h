@@ -61,7 +61,10 @@ typedef struct fmem_region_config {
     size_t cache_bytes; /* local cache budget; rounded up to fetch units, at
                          * least FMEM_REGION_MIN_CACHE_UNITS units */
     size_t fetch_unit;  /* bytes brought in per fault: a power of two in
-                         * [4 KiB, 256 KiB]; 0 = FMEM_REGION_DEFAULT_UNIT */
+                         * [4 KiB, 256 KiB]; 0 = FMEM_REGION_DEFAULT_UNIT
+                         * units, and the policy brings in groups of
+                         * several where faults land next to each other
+                         * (the fetch size, FMEM_REGION_TUNE_FETCH) */
     unsigned prefetch;  /* most units read ahead after sequential faults;
                          * 0 = 4 MiB worth (at most a quarter of the
                          * cache), FMEM_REGION_NO_PREFETCH = off */
@@ -102,21 +105,27 @@ typedef struct fmem_region_stats_t {
     uint32_t refault_dist;   /* mean faults between those two faults */
     uint64_t tier_moves;     /* chunks moved between fast and slow nodes
                               * at write-back (FMEM_REGION_TUNE_TIER) */
-    uint64_t reserved[2];
+    uint32_t fetch_units;    /* units a demand read fault brings in (the
+                              * fetch size, FMEM_REGION_TUNE_FETCH) */
+    uint32_t fetch_max;      /* the largest fetch size allowed, units */
+    uint64_t reserved[1];
 } fmem_region_stats_t;
 
 /* ---- paths and tuning ----------------------------------------------------
  * A region over a pool of several memory nodes interleaves its units over
  * them (consecutive units on different nodes) and keeps several fetches
  * and write-backs in flight at once, so the nodes' bandwidths add up. A
- * per-region policy picks the read-ahead depth, the stripe width and the
- * I/O width from the faults it sees (docs/far-memory.md); a parameter set
- * here or in the configuration (prefetch) always wins. */
+ * per-region policy picks the read-ahead depth, the stripe width, the
+ * I/O width and the fetch size from the faults it sees
+ * (docs/far-memory.md); a parameter set here or in the configuration
+ * (prefetch; an explicit fetch_unit fixes the fetch size at one unit)
+ * always wins. */
 #define FMEM_REGION_TUNE_PREFETCH (1u << 0)
 #define FMEM_REGION_TUNE_STRIPE (1u << 1)
 #define FMEM_REGION_TUNE_IO_WIDTH (1u << 2)
 #define FMEM_REGION_TUNE_TIER (1u << 3)
-#define FMEM_REGION_TUNE_ALL 15u
+#define FMEM_REGION_TUNE_FETCH (1u << 4)
+#define FMEM_REGION_TUNE_ALL 31u
 /* Which nodes hold a region's chunks in a pool of fast (memory: mem:,
  * shm:, file:) and slow (ssd:, zmem:) nodes (docs/far-memory.md): */
 #define FMEM_REGION_TIER_AUTO 0u /* the policy: warm chunks fast, cold slow */
@@ -133,7 +142,14 @@ typedef struct fmem_region_tuning {
     unsigned io_width; /* 1..FMEM_REGION_MAX_IO_WIDTH */
     unsigned paths;    /* (get only) memory nodes the region can use */
     unsigned tier;     /* FMEM_REGION_TIER_* */
-    unsigned reserved[6]; /* zero; room for later fields without an ABI
+    unsigned fetch;    /* fetch size: units a demand read fault brings in
+                        * (the aligned group of that many units around the
+                        * fault, those not cached); a power of two in
+                        * 1..fetch_max */
+    unsigned fetch_max; /* (get only) the largest fetch size: at most
+                         * 256 KiB, an eighth of the cache and a read-ahead
+                         * step */
+    unsigned reserved[4]; /* zero; room for later fields without an ABI
                            * change */
 } fmem_region_tuning;
 

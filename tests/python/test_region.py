@@ -108,6 +108,9 @@ def test_stats_show_paths_and_parameters():
     st = r.stats()
     assert st["paths"] == 4 and st["stripe_width"] == 4
     assert 1 <= st["io_width"] <= 16 and st["prefetch_units"] >= 0
+    # the fetch size: a power of two up to the largest the region allows
+    fu, fm = st["fetch_units"], st["fetch_max"]
+    assert fm >= 1 and 1 <= fu <= fm and fu & (fu - 1) == 0, (fu, fm)
     assert st["tier_moves"] == 0  # memory nodes only: no tiers
     paths = st["path_stats"]
     assert [p["node"] for p in paths] == [0, 1, 2, 3]

@@ -116,6 +116,8 @@ class _RegionStats(TypedDict):
     write_pct: int
     refault_pct: int
     refault_dist: int
+    fetch_units: int
+    fetch_max: int
     tier_moves: int
     path_stats: list[_RegionPath]
 

@@ -78,6 +78,8 @@ describe("regions", function()
     assert.are.equal(0, s.tier_moves) -- memory nodes only: no tiers
     assert.truthy(s.io_width >= 1 and s.io_width <= 16, "io_width " .. s.io_width)
     assert.truthy(s.prefetch_units >= 0)
+    assert.truthy(s.fetch_max >= 1 and s.fetch_units >= 1 and s.fetch_units <= s.fetch_max,
+                  "fetch " .. s.fetch_units .. " of " .. s.fetch_max)
     assert.are.equal(4, #s.path_stats)
     local written, used_nodes = 0, 0
     for i, p in ipairs(s.path_stats) do
