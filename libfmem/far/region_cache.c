@@ -12,8 +12,13 @@
  * passes a unit with heat by (cooling it) during its first turn of a
  * search. A scan's units never come back soon and stay at no heat.
  * Units their heap freed (UF_DISCARD, region_hint.h) go before all others:
- * dropping one costs no write-back, and it holds nothing anyone reads. All
- * functions run with the region lock held. */
+ * dropping one costs no write-back, and it holds nothing anyone reads.
+ * Read-ahead is mapped readable, so the program's first read of it faults
+ * neither: a unit mapped ahead carries UF_AHEAD until the program is known
+ * to have reached it (a fault on it, or its stream's next fault at or past
+ * it, see cache_ahead_reached) or the hand has passed it once; one still
+ * marked when it is evicted is counted as read-ahead thrown away unused.
+ * All functions but cache_ahead_reached run with the region lock held. */
 #include "region_internal.h"
 
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
@@ -75,20 +80,35 @@ unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
             continue;
         }
         if (un->flags & UF_REF) {
-            un->flags &= (uint8_t)~UF_REF;
+            un->flags &= (uint8_t)~(UF_REF | UF_AHEAD);
             continue;
         }
         if (un->heat && steps < r->cap) {
             un->heat--;
+            un->flags &= (uint8_t)~UF_AHEAD;
             continue;
         }
         /* a dirty unit gets its chunk here if it has none (the writer
          * takes one that holds only zeros as clean, see evict_batch);
          * without pool space it stays cached */
-        if (!victim_space(r, u))
+        if (!victim_space(r, u)) {
+            un->flags &= (uint8_t)~UF_AHEAD;
             continue;
+        }
         un->state = UNIT_EVICTING;
         out[n++] = u;
     }
     return n;
+}
+
+void cache_ahead_reached(struct fmem_region *r, uint32_t from, uint32_t to)
+{
+    if (to > r->nunits)
+        to = r->nunits;
+    if (from >= to)
+        return;
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t u = from; u < to; u++)
+        r->units[u].flags &= (uint8_t)~UF_AHEAD;
+    pthread_mutex_unlock(&r->lock);
 }

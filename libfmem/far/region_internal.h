@@ -62,6 +62,8 @@ enum unit_flag {
     UF_DISCARD = 1u << 6,  /* freed by its heap but kept mapped for reuse
                             * (region_hint.h): evicted first, never written
                             * back, its pool copy dropped */
+    UF_AHEAD = 1u << 7,    /* mapped by read-ahead and not reached by the
+                            * program yet (region_cache.c) */
 };
 
 struct region_unit {
@@ -112,7 +114,7 @@ struct install_ctx {
 struct region_counters {
     _Atomic uint64_t faults, missing_faults, wp_faults, hits, fetches, prefetches, zero_fills,
         evictions, writebacks, bytes_fetched, bytes_written, remote_bytes, remote_peak, releases,
-        alloc_failures;
+        alloc_failures, ahead_unused, ahead_window;
 };
 
 /* region_io.c: worker threads for transfers in parallel (the I/O width) */
@@ -290,6 +292,10 @@ static inline void unit_refault(const struct fmem_region *r, struct region_unit 
     un->heat = r->evict_clock - un->gone_at < r->cap ? UNIT_HEAT_MAX : 0;
 }
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max);
+/* The program went past units [from, to) of a stream (region_policy.c
+ * learned it from the stream's next fault): their read-ahead is used.
+ * Takes the lock. */
+void cache_ahead_reached(struct fmem_region *r, uint32_t from, uint32_t to);
 
 /* region_remote.c: pool allocations behind the units (lock held) */
 int remote_ref(struct fmem_region *r, uint32_t u);  /* set UF_WRITTEN */

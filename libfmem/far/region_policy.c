@@ -425,6 +425,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         int passed = s->next - s->last > 1;
         p->cur = i;
         s->used = now;
+        cache_ahead_reached(r, s->last + 1, u); /* the program went past them */
         s->last = u;
         if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end)
             return 1; /* it caught up with its window, still being mapped */

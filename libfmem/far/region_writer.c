@@ -53,6 +53,7 @@ struct victim {
     uint32_t u;
     int dirty, ok, nochunk; /* nochunk: dirty, no pool space yet */
     int drop; /* freed (discarded or released): no write-back, pool copy dropped */
+    int window; /* claimed with another victim's eviction window */
     uint64_t present;
     fmem_handle h;
 };
@@ -177,6 +178,11 @@ static int finish_eviction(struct fmem_region *r, struct victim *v)
         stat_add(&r->st.writebacks, 1);
     }
     finish_release(r, v->u);
+    if ((un->flags & UF_AHEAD) && !v->drop) { /* read ahead for nothing */
+        stat_add(&r->st.ahead_unused, 1);
+        if (v->window)
+            stat_add(&r->st.ahead_window, 1);
+    }
     int waiters = !!(un->flags & UF_WAITERS);
     un->flags &= UF_REMOTE | UF_WRITTEN;
     un->present = un->zeroed = 0;
@@ -312,12 +318,13 @@ static void evict_batch(struct fmem_region *r)
         region_wait_1ms(&r->writer_cv, &r->lock);
         return;
     }
+    unsigned picked = n;
     n = claim_windows(r, us, n, EVICT_MAX);
     for (unsigned i = 0; i < n; i++) {
         struct region_unit *un = &r->units[us[i]];
         uint64_t off;
         v[i] = (struct victim){.u = us[i], .dirty = !!(un->flags & UF_DIRTY), .ok = 1,
-                               .present = un->present};
+                               .present = un->present, .window = i >= picked};
         v[i].nochunk = v[i].dirty && !(un->flags & UF_WRITTEN);
         if (v[i].dirty && !v[i].nochunk)
             v[i].h = remote_handle(r, us[i], &off);

@@ -102,7 +102,11 @@ typedef struct fmem_region_stats_t {
     uint32_t refault_dist;   /* mean faults between those two faults */
     uint64_t tier_moves;     /* chunks moved between fast and slow nodes
                               * at write-back (FMEM_REGION_TUNE_TIER) */
-    uint64_t reserved[2];
+    uint64_t ahead_unused;   /* read-ahead units evicted before the program
+                              * reached them (no fault on them, and their
+                              * stream's next fault came before them) */
+    uint64_t ahead_window;   /* of them, units claimed along with another
+                              * victim's eviction window */
 } fmem_region_stats_t;
 
 /* ---- paths and tuning ----------------------------------------------------
