@@ -15,8 +15,9 @@
  * dropping one costs no write-back, and it holds nothing anyone reads.
  * Read-ahead is mapped readable, so the program's first read of it faults
  * neither: a unit mapped ahead carries UF_AHEAD until the program is known
- * to have reached it (a fault on it, or its stream's next fault at or past
- * it, see cache_ahead_reached) or the hand has passed it once; one still
+ * to have reached it (a fault on it, its stream's next fault past it, or
+ * a fault right after the marked run it is in, see cache_ahead_reached) or
+ * the hand has passed it once; one still
  * marked when it is evicted is counted as read-ahead thrown away unused.
  * All functions but cache_ahead_reached run with the region lock held. */
 #include "region_internal.h"
@@ -105,10 +106,19 @@ void cache_ahead_reached(struct fmem_region *r, uint32_t from, uint32_t to)
 {
     if (to > r->nunits)
         to = r->nunits;
-    if (from >= to)
+    if (from > to)
         return;
     pthread_mutex_lock(&r->lock);
     for (uint32_t u = from; u < to; u++)
         r->units[u].flags &= (uint8_t)~UF_AHEAD;
+    /* and the marked run right before `from`: a program reading on
+     * through read-ahead faults first where it ends (after lost read-ahead
+     * its stream no longer covers the rest of the window it reads) */
+    for (uint32_t u = from, k = 0; u-- > 0 && k < r->cap / 4; k++) {
+        struct region_unit *un = &r->units[u];
+        if (un->state != UNIT_RESIDENT || !(un->flags & UF_AHEAD))
+            break;
+        un->flags &= (uint8_t)~UF_AHEAD;
+    }
     pthread_mutex_unlock(&r->lock);
 }

@@ -293,8 +293,9 @@ static inline void unit_refault(const struct fmem_region *r, struct region_unit 
 }
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max);
 /* The program went past units [from, to) of a stream (region_policy.c
- * learned it from the stream's next fault): their read-ahead is used.
- * Takes the lock. */
+ * learned it from the stream's next fault), and past the run of resident
+ * read-ahead right before `from` (from == to: a fault on unit `from`):
+ * their read-ahead is used. Takes the lock. */
 void cache_ahead_reached(struct fmem_region *r, uint32_t from, uint32_t to);
 
 /* region_remote.c: pool allocations behind the units (lock held) */

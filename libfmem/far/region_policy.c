@@ -453,6 +453,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         s->run = 0;
         return 0;
     }
+    cache_ahead_reached(r, u, u); /* read-ahead the program read up to u */
     int victim = 0;
     uint64_t worst = UINT64_MAX;
     for (int i = 0; i < NSTREAMS; i++) {
