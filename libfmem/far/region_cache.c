@@ -14,12 +14,12 @@
  * Units their heap freed (UF_DISCARD, region_hint.h) go before all others:
  * dropping one costs no write-back, and it holds nothing anyone reads.
  * Read-ahead is mapped readable, so the program's first read of it faults
- * neither: a unit mapped ahead carries UF_AHEAD until the program is known
- * to have reached it (a fault on it, its stream's next fault past it, or
- * a fault right after the marked run it is in, see cache_ahead_reached) or
- * the hand has passed it once; one still
- * marked when it is evicted is counted as read-ahead thrown away unused.
- * All functions but cache_ahead_reached run with the region lock held. */
+ * neither: a unit mapped ahead carries UF_AHEAD (and `unreached`) until the
+ * program is known to have reached it: a fault on it, its stream's next
+ * fault past it, or a fault right after the marked run it is in (see
+ * cache_ahead_reached); the hand clears UF_AHEAD when it passes it. One
+ * evicted unreached is counted (ahead_unused). All functions but
+ * cache_ahead_reached run with the region lock held. */
 #include "region_internal.h"
 
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
@@ -109,16 +109,19 @@ void cache_ahead_reached(struct fmem_region *r, uint32_t from, uint32_t to)
     if (from > to)
         return;
     pthread_mutex_lock(&r->lock);
-    for (uint32_t u = from; u < to; u++)
+    for (uint32_t u = from; u < to; u++) {
         r->units[u].flags &= (uint8_t)~UF_AHEAD;
+        r->units[u].unreached = 0;
+    }
     /* and the marked run right before `from`: a program reading on
      * through read-ahead faults first where it ends (after lost read-ahead
      * its stream no longer covers the rest of the window it reads) */
     for (uint32_t u = from, k = 0; u-- > 0 && k < r->cap / 4; k++) {
         struct region_unit *un = &r->units[u];
-        if (un->state != UNIT_RESIDENT || !(un->flags & UF_AHEAD))
+        if (un->state != UNIT_RESIDENT || !un->unreached)
             break;
         un->flags &= (uint8_t)~UF_AHEAD;
+        un->unreached = 0;
     }
     pthread_mutex_unlock(&r->lock);
 }

@@ -62,8 +62,9 @@ enum unit_flag {
     UF_DISCARD = 1u << 6,  /* freed by its heap but kept mapped for reuse
                             * (region_hint.h): evicted first, never written
                             * back, its pool copy dropped */
-    UF_AHEAD = 1u << 7,    /* mapped by read-ahead and not reached by the
-                            * program yet (region_cache.c) */
+    UF_AHEAD = 1u << 7,    /* mapped by read-ahead, not reached by the
+                            * program yet, not passed by the hand yet: an
+                            * eviction window leaves it (region_cache.c) */
 };
 
 struct region_unit {
@@ -73,6 +74,9 @@ struct region_unit {
     uint64_t present; /* pages mapped, bit per 4 KiB page, while cached */
     uint64_t zeroed;  /* pages released while the writer held the unit */
     uint32_t gone_at; /* r->evict_clock when it was last evicted */
+    uint8_t unreached; /* mapped by read-ahead and not reached yet (as
+                        * UF_AHEAD, but kept when the hand passes it): its
+                        * eviction counts as read-ahead thrown away */
 };
 
 /* One pool allocation backing `chunk` bytes of the region. */

@@ -178,11 +178,12 @@ static int finish_eviction(struct fmem_region *r, struct victim *v)
         stat_add(&r->st.writebacks, 1);
     }
     finish_release(r, v->u);
-    if ((un->flags & UF_AHEAD) && !v->drop) { /* read ahead for nothing */
+    if (un->unreached && !v->drop) { /* read ahead for nothing */
         stat_add(&r->st.ahead_unused, 1);
         if (v->window)
             stat_add(&r->st.ahead_window, 1);
     }
+    un->unreached = 0;
     int waiters = !!(un->flags & UF_WAITERS);
     un->flags &= UF_REMOTE | UF_WRITTEN;
     un->present = un->zeroed = 0;
