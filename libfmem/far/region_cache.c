@@ -5,9 +5,10 @@
  *
  * User space sees no accessed bits, so the reference bit is set by what the
  * handler does see: a demand fault that brought the unit in, and a write
- * fault on it. Prefetched units start unreferenced, so read-ahead that was
- * not used goes first. A unit in constant use never faults while cached,
- * so it would go every second turn of the hand and come straight back: a
+ * fault on it. Read-ahead starts unreferenced, so once the program has
+ * reached it, it goes first (see below). A unit in constant use never
+ * faults while cached, so it would go every second turn of the hand and
+ * come straight back: a
  * unit that was faulted back in after an eviction gains heat, and the hand
  * passes a unit with heat by (cooling it) during its first turn of a
  * search. A scan's units never come back soon and stay at no heat.
@@ -17,9 +18,16 @@
  * neither: a unit mapped ahead carries UF_AHEAD (and `unreached`) until the
  * program is known to have reached it: a fault on it, its stream's next
  * fault past it, or a fault right after the marked run it is in (see
- * cache_ahead_reached); the hand clears UF_AHEAD when it passes it. One
- * evicted unreached is counted (ahead_unused). All functions but
- * cache_ahead_reached run with the region lock held. */
+ * cache_ahead_reached). Read-ahead is mapped ahead of where the program
+ * reads, and a unit thrown away before use is fetched again on demand, so
+ * while unreached the writer's eviction windows leave it (region_writer.c:
+ * window claims free slots out of the hand's order, so new read-ahead can
+ * sit just ahead of the hand), and the hand gives it a second chance, as
+ * to a referenced unit (clearing UF_AHEAD). The second time the hand
+ * meets it, it goes like any other unit, so a cache full of read-ahead
+ * nobody reads still makes room. One evicted unreached is counted
+ * (ahead_unused). All functions but cache_ahead_reached run with the
+ * region lock held. */
 #include "region_internal.h"
 
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
@@ -80,7 +88,7 @@ unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
             out[n++] = u;
             continue;
         }
-        if (un->flags & UF_REF) {
+        if (un->flags & (UF_REF | UF_AHEAD)) {
             un->flags &= (uint8_t)~(UF_REF | UF_AHEAD);
             continue;
         }

@@ -63,8 +63,8 @@ enum unit_flag {
                             * (region_hint.h): evicted first, never written
                             * back, its pool copy dropped */
     UF_AHEAD = 1u << 7,    /* mapped by read-ahead, not reached by the
-                            * program yet, not passed by the hand yet: an
-                            * eviction window leaves it (region_cache.c) */
+                            * program yet, not passed by the hand yet: the
+                            * hand gives it a second chance (region_cache.c) */
 };
 
 struct region_unit {
@@ -75,8 +75,9 @@ struct region_unit {
     uint64_t zeroed;  /* pages released while the writer held the unit */
     uint32_t gone_at; /* r->evict_clock when it was last evicted */
     uint8_t unreached; /* mapped by read-ahead and not reached yet (as
-                        * UF_AHEAD, but kept when the hand passes it): its
-                        * eviction counts as read-ahead thrown away */
+                        * UF_AHEAD, but kept when the hand passes it): no
+                        * eviction window takes it, and its eviction
+                        * counts as read-ahead thrown away */
 };
 
 /* One pool allocation backing `chunk` bytes of the region. */

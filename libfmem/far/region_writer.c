@@ -217,13 +217,29 @@ static int finish_gap(struct fmem_region *r, uint32_t u)
     return waiters;
 }
 
+/* Whether claim_windows leaves resident unit u be (lock held): units with
+ * their reference bit set or with heat stay: a program working on a few
+ * hot units spread over many windows (a sort, a hash join) would
+ * otherwise lose them with every batch and fault them straight back. So
+ * does read-ahead the program has not reached yet (`unreached`): it
+ * carries no reference bit, and a scan whose read-ahead shares an
+ * eviction window with older victims lost it before use, fetched it
+ * again and halved its read-ahead depth (region_policy.c). Only the hand
+ * evicts such units (after passing one once, see region_cache.c), one at
+ * a time; freed units go anyway. */
+static int window_keeps(struct fmem_region *r, uint32_t u)
+{
+    const struct region_unit *un = &r->units[u];
+    if (un->flags & UF_DISCARD)
+        return 0;
+    return (un->flags & UF_REF) || un->unreached || un->heat || !victim_space(r, u);
+}
+
 /* Claim the other cold resident units of the eviction window of each of
  * the first n victims in us[] (lock held): a zap costs a TLB shootdown and
  * a removal event whatever its length, so units are dropped a window at a
- * time where the cache allows. Units with their reference bit set stay:
- * a program working on a few hot units spread over many windows (a sort,
- * a hash join) would otherwise lose them with every batch and fault them
- * straight back. Returns the new count. */
+ * time where the cache allows, but for those window_keeps keeps. Returns
+ * the new count. */
 static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, unsigned max)
 {
     unsigned picked = n;
@@ -233,8 +249,7 @@ static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, u
             w1 = r->nunits;
         for (uint32_t u = w0; u < w1 && n < max; u++) {
             struct region_unit *un = &r->units[u];
-            if (un->state != UNIT_RESIDENT ||
-                (!(un->flags & UF_DISCARD) && ((un->flags & UF_REF) || un->heat || !victim_space(r, u))))
+            if (un->state != UNIT_RESIDENT || window_keeps(r, u))
                 continue;
             un->state = UNIT_EVICTING;
             us[n++] = u;
