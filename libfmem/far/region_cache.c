@@ -8,10 +8,9 @@
  * fault on it. Read-ahead starts unreferenced, so once the program has
  * reached it, it goes first (see below). A unit in constant use never
  * faults while cached, so it would go every second turn of the hand and
- * come straight back: a
- * unit that was faulted back in after an eviction gains heat, and the hand
- * passes a unit with heat by (cooling it) during its first turn of a
- * search. A scan's units never come back soon and stay at no heat.
+ * come straight back: a unit that was faulted back in after an eviction
+ * gains heat, and the hand passes a unit with heat by (cooling it) during
+ * its first turn of a search. A scan's units never come back soon and stay at no heat.
  * Units their heap freed (UF_DISCARD, region_hint.h) go before all others:
  * dropping one costs no write-back, and it holds nothing anyone reads.
  * Read-ahead is mapped readable, so the program's first read of it faults

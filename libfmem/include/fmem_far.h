@@ -103,8 +103,9 @@ typedef struct fmem_region_stats_t {
     uint64_t tier_moves;     /* chunks moved between fast and slow nodes
                               * at write-back (FMEM_REGION_TUNE_TIER) */
     uint64_t ahead_unused;   /* read-ahead units evicted before the program
-                              * reached them (no fault on them, and their
-                              * stream's next fault came before them) */
+                              * was seen to reach them (no fault on them,
+                              * none of their stream's at or past them):
+                              * an upper bound on read-ahead wasted */
     uint64_t ahead_window;   /* of them, units claimed along with another
                               * victim's eviction window */
 } fmem_region_stats_t;
