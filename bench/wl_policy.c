@@ -14,6 +14,9 @@
  *                    times those of the selection phase (default 4)
  *   --json           one JSON object per line on stdout
  *   --verbose        every run's figure and units fetched / read ahead
+ *   --policy-only    only the policy's region, each workload once a round:
+ *                    MB/s and the read-ahead thrown away unused
+ *                    (fmem_region_stats' ahead_unused, ahead_window)
  *
  * The pool has N memory nodes, each behind its own emulated link (bw= and
  * rtt_ns= per node); the last link is slower than the others, as when one
@@ -101,7 +104,7 @@ void tp_wait_stats(uint64_t *waits, uint64_t *late_ns);
 struct wo {
     unsigned nodes, rounds, pairs, rand_scale;
     uint64_t bw, slow_bw, rtt, size, cache, unit;
-    int json, verbose;
+    int json, verbose, policy_only;
 };
 
 static uint64_t page_sum(const char *p)
@@ -205,7 +208,7 @@ struct cfg {
     double best[NWL];         /* the median of the runs */
     double ratio[NWL];        /* the median of ref / run: policy / setting */
     uint64_t waits[NWL], late_ns[NWL]; /* emulated-link waits, summed lateness */
-    fmem_region_stats_t st[NWL];
+    fmem_region_stats_t st0[NWL], st[NWL]; /* before and after its last run */
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -257,7 +260,37 @@ static int run_cfg(const struct wo *o, struct reg *regs, struct cfg *cf, unsigne
                 round, wl_name[w], c, *f, (unsigned long long)(s1.fetches - s0.fetches),
                 (unsigned long long)(s1.prefetches - s0.prefetches),
                 (unsigned long long)(s1.evictions - s0.evictions));
+    cf[c].st0[w] = s0;
     fmem_region_stats(g->r, &cf[c].st[w]);
+    return 0;
+}
+
+/* --policy-only: the policy's region (setting c) alone, each workload in
+ * turn per round, with the read-ahead it fetched and threw away unused. */
+static int policy_only(const struct wo *o, struct reg *regs, struct cfg *cf, unsigned c,
+                       uint64_t reads, uint64_t *wrong, FILE *out)
+{
+    fprintf(out, "  %-6s %5s %10s %10s %10s %12s %12s\n", "wl", "round", "MB/s", "evicted",
+            "read ahead", "ahead unused", "of which win");
+    for (unsigned round = 0; round < o->rounds; round++)
+        for (int w = 0; w < NWL; w++) {
+            double f;
+            int rc = run_cfg(o, regs, cf, c, w, round, reads, &f, wrong);
+            if (rc)
+                return rc;
+            const fmem_region_stats_t *a = &cf[c].st0[w], *b = &cf[c].st[w];
+            fprintf(out, "  %-6s %5u %10.2f %10llu %10llu %12llu %12llu\n", wl_name[w], round, f,
+                    (unsigned long long)(b->evictions - a->evictions),
+                    (unsigned long long)(b->prefetches - a->prefetches),
+                    (unsigned long long)(b->ahead_unused - a->ahead_unused),
+                    (unsigned long long)(b->ahead_window - a->ahead_window));
+            if (o->json)
+                printf("{\"workload\":\"%s\",\"round\":%u,\"mbytes_per_s\":%.4g,"
+                       "\"prefetches\":%llu,\"ahead_unused\":%llu,\"ahead_window\":%llu}\n",
+                       wl_name[w], round, f, (unsigned long long)(b->prefetches - a->prefetches),
+                       (unsigned long long)(b->ahead_unused - a->ahead_unused),
+                       (unsigned long long)(b->ahead_window - a->ahead_window));
+        }
     return 0;
 }
 
@@ -266,7 +299,7 @@ int fmem_bench_policy(int argc, char **argv)
     struct wo o = {.nodes = 4, .rounds = 3, .pairs = 6, .rand_scale = 4, .bw = 8 << 20, .slow_bw = 6 << 20, .rtt = 20000,
                    .size = 8 << 20, .cache = 2 << 20, .unit = 16 << 10};
     enum { O_NODES = 1, O_BW, O_SLOW, O_RTT, O_SIZE, O_CACHE, O_UNIT, O_ROUNDS, O_JSON, O_WL,
-           O_VERBOSE, O_PAIRS, O_RSCALE };
+           O_VERBOSE, O_PAIRS, O_RSCALE, O_PONLY };
     static const struct option lo[] = {
         {"nodes", required_argument, NULL, O_NODES}, {"node-bw", required_argument, NULL, O_BW},
         {"slow-bw", required_argument, NULL, O_SLOW}, {"rtt-ns", required_argument, NULL, O_RTT},
@@ -275,6 +308,7 @@ int fmem_bench_policy(int argc, char **argv)
         {"json", no_argument, NULL, O_JSON},         {"workloads", no_argument, NULL, O_WL},
         {"verbose", no_argument, NULL, O_VERBOSE},   {"pairs", required_argument, NULL, O_PAIRS},
         {"rand-scale", required_argument, NULL, O_RSCALE},
+        {"policy-only", no_argument, NULL, O_PONLY},
         {NULL, 0, NULL, 0},
     };
     int bad = 0;
@@ -298,6 +332,7 @@ int fmem_bench_policy(int argc, char **argv)
         case O_JSON: o.json = 1; break;
         case O_WL: break;
         case O_VERBOSE: o.verbose = 1; break;
+        case O_PONLY: o.policy_only = 1; break;
         case O_PAIRS:
             o.pairs = (unsigned)strtoul(optarg, NULL, 10);
             bad |= o.pairs < 1 || o.pairs > MAX_PAIRS;
@@ -313,7 +348,7 @@ int fmem_bench_policy(int argc, char **argv)
         o.cache % o.unit) {
         fprintf(stderr, "usage: %s --workloads [--nodes N] [--node-bw BYTES/S] [--slow-bw BYTES/S] "
                         "[--rtt-ns NS] [--size BYTES] [--cache BYTES] [--unit BYTES] "
-                        "[--rounds N] [--pairs K] [--rand-scale M] [--json] [--verbose]\n",
+                        "[--rounds N] [--pairs K] [--rand-scale M] [--json] [--verbose] [--policy-only]\n",
                 argv[0]);
         return 2;
     }
@@ -352,6 +387,10 @@ int fmem_bench_policy(int argc, char **argv)
     if (cf)
         cf[ncfg - 1].reg = n; /* the policy's */
     uint64_t wrong = 0;
+    if (rc == 0 && o.policy_only) {
+        rc = policy_only(&o, regs, cf, ncfg - 1, rand_reads, &wrong, out);
+        goto done;
+    }
     fprintf(out, "%u nodes: %u at %.1f MB/s, the last at %.1f MB/s, rtt %llu ns; %llu MiB of data, "
                  "%llu MiB cache, %llu KiB units\n",
             n, n - 1, o.bw / 1e6, o.slow_bw / 1e6, (unsigned long long)o.rtt,
@@ -610,6 +649,7 @@ int fmem_bench_policy(int argc, char **argv)
                      "workloads%s\n",
                 beaten, close ? ", and is within 10 % of it on each" : "");
     }
+done:
     for (unsigned k = 0; k < nreg; k++)
         if (regs[k].r)
             fmem_region_destroy(regs[k].r);

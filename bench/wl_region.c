@@ -177,21 +177,24 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
                    "\"size\":%zu,\"fetch_unit\":%zu,\"faults\":%llu,\"fetches\":%llu,"
                    "\"prefetches\":%llu,\"evictions\":%llu,\"writebacks\":%llu,"
                    "\"cpu_s\":%.4g,\"cpu_us_per_fault\":%.4g,\"app_cpu_us_per_unit\":%.4g,"
-                   "\"region_cpu_us_per_unit\":%.4g}\n",
+                   "\"region_cpu_us_per_unit\":%.4g,\"ahead_unused\":%llu,\"ahead_window\":%llu}\n",
                    name, pct, g, ratio, local[p], o->size, o->unit,
                    (unsigned long long)(b.faults - a.faults),
                    (unsigned long long)(b.fetches - a.fetches),
                    (unsigned long long)(b.prefetches - a.prefetches),
                    (unsigned long long)(b.evictions - a.evictions),
                    (unsigned long long)(b.writebacks - a.writebacks), cpu, cpu_us_fault, us_unit_app,
-                   us_unit_other);
+                   us_unit_other, (unsigned long long)(b.ahead_unused - a.ahead_unused),
+                   (unsigned long long)(b.ahead_window - a.ahead_window));
         fprintf(o->json ? stderr : stdout,
                 "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local (%.3f GB/s)  (faults %llu, "
-                "fetched %llu, read ahead %llu, evicted %llu, %.1f us CPU/fault; per unit in: "
-                "%.2f us scan thread, %.2f us region threads)\n",
+                "fetched %llu, read ahead %llu (unused %llu, by windows %llu), evicted %llu, "
+                "%.1f us CPU/fault; per unit in: %.2f us scan thread, %.2f us region threads)\n",
                 name, pct, g, ratio, local[p], (unsigned long long)(b.faults - a.faults),
                 (unsigned long long)(b.fetches - a.fetches),
                 (unsigned long long)(b.prefetches - a.prefetches),
+                (unsigned long long)(b.ahead_unused - a.ahead_unused),
+                (unsigned long long)(b.ahead_window - a.ahead_window),
                 (unsigned long long)(b.evictions - a.evictions), cpu_us_fault, us_unit_app,
                 us_unit_other);
     }

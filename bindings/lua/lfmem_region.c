@@ -142,6 +142,8 @@ void lfmem_push_region_stats(lua_State *L, fmem_region *region)
     lfmem_setint(L, "fetch_units", st.fetch_units);
     lfmem_setint(L, "fetch_max", st.fetch_max);
     lfmem_setint(L, "tier_moves", st.tier_moves);
+    lfmem_setint(L, "ahead_unused", st.ahead_unused);
+    lfmem_setint(L, "ahead_window", st.ahead_window);
     fmem_region_path_t p[16];
     int n = fmem_region_paths(region, p, 16);
     if (n < 0)

@@ -404,6 +404,8 @@ static int region_stats(fmem_region *r, fmem_region_stats_t *out)
     out->remote_peak = atomic_load(&c->remote_peak);
     out->releases = atomic_load(&c->releases);
     out->alloc_failures = atomic_load(&c->alloc_failures);
+    out->ahead_unused = atomic_load(&c->ahead_unused);
+    out->ahead_window = atomic_load(&c->ahead_window);
     out->cache_bytes = (uint64_t)r->cap * r->unit;
     remote_fill_stats(r, out);
     pthread_mutex_lock(&r->lock);

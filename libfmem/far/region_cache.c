@@ -5,15 +5,28 @@
  *
  * User space sees no accessed bits, so the reference bit is set by what the
  * handler does see: a demand fault that brought the unit in, and a write
- * fault on it. Prefetched units start unreferenced, so read-ahead that was
- * not used goes first. A unit in constant use never faults while cached,
- * so it would go every second turn of the hand and come straight back: a
- * unit that was faulted back in after an eviction gains heat, and the hand
- * passes a unit with heat by (cooling it) during its first turn of a
- * search. A scan's units never come back soon and stay at no heat.
+ * fault on it. Read-ahead starts unreferenced, so once the program has
+ * reached it, it goes first (see below). A unit in constant use never
+ * faults while cached, so it would go every second turn of the hand and
+ * come straight back: a unit that was faulted back in after an eviction
+ * gains heat, and the hand passes a unit with heat by (cooling it) during
+ * its first turn of a search. A scan's units never come back soon and stay at no heat.
  * Units their heap freed (UF_DISCARD, region_hint.h) go before all others:
- * dropping one costs no write-back, and it holds nothing anyone reads. All
- * functions run with the region lock held. */
+ * dropping one costs no write-back, and it holds nothing anyone reads.
+ * Read-ahead is mapped readable, so the program's first read of it faults
+ * neither: a unit mapped ahead carries UF_AHEAD (and `unreached`) until the
+ * program is known to have reached it: a fault on it, its stream's next
+ * fault past it, or a fault right after the marked run it is in (see
+ * cache_ahead_reached). Read-ahead is mapped ahead of where the program
+ * reads, and a unit thrown away before use is fetched again on demand, so
+ * while unreached the writer's eviction windows leave it (region_writer.c:
+ * window claims free slots out of the hand's order, so new read-ahead can
+ * sit just ahead of the hand), and the hand gives it a second chance, as
+ * to a referenced unit (clearing UF_AHEAD). The second time the hand
+ * meets it, it goes like any other unit, so a cache full of read-ahead
+ * nobody reads still makes room. One evicted unreached is counted
+ * (ahead_unused). All functions but cache_ahead_reached run with the
+ * region lock held. */
 #include "region_internal.h"
 
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
@@ -74,21 +87,48 @@ unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
             out[n++] = u;
             continue;
         }
-        if (un->flags & UF_REF) {
-            un->flags &= (uint8_t)~UF_REF;
+        if (un->flags & (UF_REF | UF_AHEAD)) {
+            un->flags &= (uint8_t)~(UF_REF | UF_AHEAD);
             continue;
         }
         if (un->heat && steps < r->cap) {
             un->heat--;
+            un->flags &= (uint8_t)~UF_AHEAD;
             continue;
         }
         /* a dirty unit gets its chunk here if it has none (the writer
          * takes one that holds only zeros as clean, see evict_batch);
          * without pool space it stays cached */
-        if (!victim_space(r, u))
+        if (!victim_space(r, u)) {
+            un->flags &= (uint8_t)~UF_AHEAD;
             continue;
+        }
         un->state = UNIT_EVICTING;
         out[n++] = u;
     }
     return n;
+}
+
+void cache_ahead_reached(struct fmem_region *r, uint32_t from, uint32_t to)
+{
+    if (to > r->nunits)
+        to = r->nunits;
+    if (from > to)
+        return;
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t u = from; u < to; u++) {
+        r->units[u].flags &= (uint8_t)~UF_AHEAD;
+        r->units[u].unreached = 0;
+    }
+    /* and the marked run right before `from`: a program reading on
+     * through read-ahead faults first where it ends (after lost read-ahead
+     * its stream no longer covers the rest of the window it reads) */
+    for (uint32_t u = from, k = 0; u-- > 0 && k < r->cap / 4; k++) {
+        struct region_unit *un = &r->units[u];
+        if (un->state != UNIT_RESIDENT || !un->unreached)
+            break;
+        un->flags &= (uint8_t)~UF_AHEAD;
+        un->unreached = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
 }

@@ -325,7 +325,8 @@ void region_install_run(struct fmem_region *r, int pf, uint32_t first, uint32_t 
         un->state = UNIT_RESIDENT;
         un->present = full_mask(r);
         un->zeroed = 0;
-        un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : 0));
+        un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : UF_AHEAD));
+        un->unreached = !demand;
         if (dirty && !(released >> (u - first) & 1)) {
             un->flags |= UF_DIRTY | UF_REF;
             /* the unit a write fault hit takes its chunk now; others
@@ -607,6 +608,8 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         break;
     default:
         stat_add(&r->st.hits, 1);
+        un->flags &= (uint8_t)~UF_AHEAD; /* the program reached it */
+        un->unreached = 0;
         rc = wp ? make_writable(r, u) : zero_fill_page(r, u, page, 1);
         break;
     }

@@ -62,6 +62,9 @@ enum unit_flag {
     UF_DISCARD = 1u << 6,  /* freed by its heap but kept mapped for reuse
                             * (region_hint.h): evicted first, never written
                             * back, its pool copy dropped */
+    UF_AHEAD = 1u << 7,    /* mapped by read-ahead, not reached by the
+                            * program yet, not passed by the hand yet: the
+                            * hand gives it a second chance (region_cache.c) */
 };
 
 struct region_unit {
@@ -71,6 +74,10 @@ struct region_unit {
     uint64_t present; /* pages mapped, bit per 4 KiB page, while cached */
     uint64_t zeroed;  /* pages released while the writer held the unit */
     uint32_t gone_at; /* r->evict_clock when it was last evicted */
+    uint8_t unreached; /* mapped by read-ahead and not reached yet (as
+                        * UF_AHEAD, but kept when the hand passes it): no
+                        * eviction window takes it, and its eviction
+                        * counts as read-ahead thrown away */
 };
 
 /* One pool allocation backing `chunk` bytes of the region. */
@@ -112,7 +119,7 @@ struct install_ctx {
 struct region_counters {
     _Atomic uint64_t faults, missing_faults, wp_faults, hits, fetches, prefetches, zero_fills,
         evictions, writebacks, bytes_fetched, bytes_written, remote_bytes, remote_peak, releases,
-        alloc_failures;
+        alloc_failures, ahead_unused, ahead_window;
 };
 
 /* region_io.c: worker threads for transfers in parallel (the I/O width) */
@@ -291,6 +298,11 @@ static inline void unit_refault(const struct fmem_region *r, struct region_unit 
     un->heat = r->evict_clock - un->gone_at < r->cap ? UNIT_HEAT_MAX : 0;
 }
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max);
+/* The program went past units [from, to) of a stream (region_policy.c
+ * learned it from the stream's next fault), and past the run of resident
+ * read-ahead right before `from` (from == to: a fault on unit `from`):
+ * their read-ahead is used. Takes the lock. */
+void cache_ahead_reached(struct fmem_region *r, uint32_t from, uint32_t to);
 
 /* region_remote.c: pool allocations behind the units (lock held) */
 int remote_ref(struct fmem_region *r, uint32_t u);  /* set UF_WRITTEN */

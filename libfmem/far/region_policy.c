@@ -474,6 +474,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         int passed = s->next - s->last > 1;
         p->cur = i;
         s->used = now;
+        cache_ahead_reached(r, s->last + 1, u); /* the program went past them */
         s->last = u;
         if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end)
             return 1; /* it caught up with its window, still being mapped */
@@ -501,6 +502,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         s->run = 0;
         return 0;
     }
+    cache_ahead_reached(r, u, u); /* read-ahead the program read up to u */
     int victim = 0;
     uint64_t worst = UINT64_MAX;
     for (int i = 0; i < NSTREAMS; i++) {

@@ -53,6 +53,7 @@ struct victim {
     uint32_t u;
     int dirty, ok, nochunk; /* nochunk: dirty, no pool space yet */
     int drop; /* freed (discarded or released): no write-back, pool copy dropped */
+    int window; /* claimed with another victim's eviction window */
     uint64_t present;
     fmem_handle h;
 };
@@ -177,6 +178,12 @@ static int finish_eviction(struct fmem_region *r, struct victim *v)
         stat_add(&r->st.writebacks, 1);
     }
     finish_release(r, v->u);
+    if (un->unreached && !v->drop) { /* read ahead for nothing */
+        stat_add(&r->st.ahead_unused, 1);
+        if (v->window)
+            stat_add(&r->st.ahead_window, 1);
+    }
+    un->unreached = 0;
     int waiters = !!(un->flags & UF_WAITERS);
     un->flags &= UF_REMOTE | UF_WRITTEN;
     un->present = un->zeroed = 0;
@@ -210,13 +217,29 @@ static int finish_gap(struct fmem_region *r, uint32_t u)
     return waiters;
 }
 
+/* Whether claim_windows leaves resident unit u be (lock held): units with
+ * their reference bit set or with heat stay: a program working on a few
+ * hot units spread over many windows (a sort, a hash join) would
+ * otherwise lose them with every batch and fault them straight back. So
+ * does read-ahead the program has not reached yet (`unreached`): it
+ * carries no reference bit, and a scan whose read-ahead shares an
+ * eviction window with older victims lost it before use, fetched it
+ * again and halved its read-ahead depth (region_policy.c). Only the hand
+ * evicts such units (after passing one once, see region_cache.c), one at
+ * a time; freed units go anyway. */
+static int window_keeps(struct fmem_region *r, uint32_t u)
+{
+    const struct region_unit *un = &r->units[u];
+    if (un->flags & UF_DISCARD)
+        return 0;
+    return (un->flags & UF_REF) || un->unreached || un->heat || !victim_space(r, u);
+}
+
 /* Claim the other cold resident units of the eviction window of each of
  * the first n victims in us[] (lock held): a zap costs a TLB shootdown and
  * a removal event whatever its length, so units are dropped a window at a
- * time where the cache allows. Units with their reference bit set stay:
- * a program working on a few hot units spread over many windows (a sort,
- * a hash join) would otherwise lose them with every batch and fault them
- * straight back. Returns the new count. */
+ * time where the cache allows, but for those window_keeps keeps. Returns
+ * the new count. */
 static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, unsigned max)
 {
     unsigned picked = n;
@@ -226,8 +249,7 @@ static unsigned claim_windows(struct fmem_region *r, uint32_t *us, unsigned n, u
             w1 = r->nunits;
         for (uint32_t u = w0; u < w1 && n < max; u++) {
             struct region_unit *un = &r->units[u];
-            if (un->state != UNIT_RESIDENT ||
-                (!(un->flags & UF_DISCARD) && ((un->flags & UF_REF) || un->heat || !victim_space(r, u))))
+            if (un->state != UNIT_RESIDENT || window_keeps(r, u))
                 continue;
             un->state = UNIT_EVICTING;
             us[n++] = u;
@@ -312,12 +334,13 @@ static void evict_batch(struct fmem_region *r)
         region_wait_1ms(&r->writer_cv, &r->lock);
         return;
     }
+    unsigned picked = n;
     n = claim_windows(r, us, n, EVICT_MAX);
     for (unsigned i = 0; i < n; i++) {
         struct region_unit *un = &r->units[us[i]];
         uint64_t off;
         v[i] = (struct victim){.u = us[i], .dirty = !!(un->flags & UF_DIRTY), .ok = 1,
-                               .present = un->present};
+                               .present = un->present, .window = i >= picked};
         v[i].nochunk = v[i].dirty && !(un->flags & UF_WRITTEN);
         if (v[i].dirty && !v[i].nochunk)
             v[i].h = remote_handle(r, us[i], &off);

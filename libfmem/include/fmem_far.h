@@ -105,10 +105,15 @@ typedef struct fmem_region_stats_t {
     uint32_t refault_dist;   /* mean faults between those two faults */
     uint64_t tier_moves;     /* chunks moved between fast and slow nodes
                               * at write-back (FMEM_REGION_TUNE_TIER) */
-    uint32_t fetch_units;    /* units a demand read fault brings in (the
+    uint64_t ahead_unused;   /* read-ahead units evicted before the program
+                              * was seen to reach them (no fault on them,
+                              * none of their stream's at or past them):
+                              * an upper bound on read-ahead wasted */
+    uint16_t fetch_units;    /* units a demand read fault brings in (the
                               * fetch size, FMEM_REGION_TUNE_FETCH) */
-    uint32_t fetch_max;      /* the largest fetch size allowed, units */
-    uint64_t reserved[1];
+    uint16_t fetch_max;      /* the largest fetch size allowed, units */
+    uint32_t ahead_window;   /* of ahead_unused, units claimed along with
+                              * another victim's eviction window (wraps) */
 } fmem_region_stats_t;
 
 /* ---- paths and tuning ----------------------------------------------------

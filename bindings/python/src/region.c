@@ -202,7 +202,9 @@ PyDoc_STRVAR(stats_doc,
 "paths, stripe_width, io_width, prefetch_units and fetch_units (the\n"
 "parameters in force; fetch_max: the largest fetch size), fault_rate, seq_pct, write_pct, refault_pct, refault_dist (what\n"
 "the placement policy measured), tier_moves (chunks moved between fast\n"
-"and slow nodes), path_stats (a list of dicts per node:\n"
+"and slow nodes), ahead_unused (read-ahead units evicted before the\n"
+"program reached them), ahead_window (of them, dropped with another\n"
+"unit's eviction window), path_stats (a list of dicts per node:\n"
 "node, placing, bytes_fetched, bytes_written, ops, busy_ns, bandwidth,\n"
 "chunks).");
 

@@ -54,7 +54,8 @@ PyObject *fp_region_stats_dict(const fmem_region_stats_t *s)
               PUT(d, s, stripe_width) || PUT(d, s, io_width) || PUT(d, s, prefetch_units) ||
               PUT(d, s, fault_rate) || PUT(d, s, seq_pct) || PUT(d, s, write_pct) ||
               PUT(d, s, refault_pct) || PUT(d, s, refault_dist) || PUT(d, s, tier_moves) ||
-              PUT(d, s, fetch_units) || PUT(d, s, fetch_max)))
+              PUT(d, s, fetch_units) || PUT(d, s, fetch_max) || PUT(d, s, ahead_unused) ||
+              PUT(d, s, ahead_window)))
         Py_CLEAR(d);
     return d;
 }
