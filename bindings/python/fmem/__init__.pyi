@@ -119,6 +119,8 @@ class _RegionStats(TypedDict):
     fetch_units: int
     fetch_max: int
     tier_moves: int
+    ahead_unused: int
+    ahead_window: int
     path_stats: list[_RegionPath]
 
 class _HeapStats(TypedDict):
