@@ -9,13 +9,13 @@
  * current layer of the span decides: a chunk-layer log may only be written
  * while the span is attached, a section-layer one while it is detached, and
  * in both cases only while it is still the latest log in its header. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "crashpoint.h"
 #include "fmem.h"
 #include "node.h"
+#include "thread_table.h"
 
 /* Block described by a temporary log, and whether the op was an allocation. */
 struct tlog {
@@ -293,33 +293,14 @@ struct span_snap {
     uint64_t e[CHUNKS_PER_SPAN];
 };
 
-/* On the heap, once per thread (freed when it exits): static TLS this
- * large may not fit where libfmem.so is loaded with dlopen. */
+/* A table per thread (thread_table.h) */
+static struct thread_table snap_table = THREAD_TABLE(SNAP_SLOTS, sizeof(struct span_snap));
 static _Thread_local struct span_snap *tl_snaps;
-static pthread_key_t snap_key;
-static pthread_once_t snap_once = PTHREAD_ONCE_INIT;
-static bool snap_key_ok;
-
-static void snap_key_init(void)
-{
-    snap_key_ok = pthread_key_create(&snap_key, free) == 0;
-}
 
 static struct span_snap *span_snap_slot(uint64_t s)
 {
-    if (!tl_snaps) {
-        pthread_once(&snap_once, snap_key_init);
-        if (!snap_key_ok)
-            return NULL;
-        struct span_snap *t = calloc(SNAP_SLOTS, sizeof *t);
-        if (t && pthread_setspecific(snap_key, t) != 0) {
-            free(t);
-            t = NULL;
-        }
-        if (!t)
-            return NULL;
-        tl_snaps = t;
-    }
+    if (!tl_snaps && !(tl_snaps = thread_table_new(&snap_table)))
+        return NULL;
     return &tl_snaps[s % SNAP_SLOTS];
 }
 
