@@ -432,7 +432,10 @@ static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t c
              .rkey = guard_rkey},
             {.kind = TP_CAS, .off = off, .expect = cap, .desired = next},
             {.kind = TP_CAS, .off = log_off(n, chunk), .expect = e, .desired = e | LOG_QUARANTINE},
-            {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8},
+            /* the doorbell trails: the free's outcome is known from the
+             * CASes, and the queue pair delivers it before anything the
+             * thread does next (a lost one: the regenerator's idle scan) */
+            {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8, .trail = true},
         };
         struct tp_op *ops = guard_rkey ? all : all + 1;
         if (wk)
@@ -500,7 +503,7 @@ static int quarantine_sections(struct node *n, uint64_t chunk, unsigned log2c, u
         if (wk) {
             bell = wk_bell(n, off);
             ops[k++] = (struct tp_op){.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell,
-                                      .len = 8};
+                                      .len = 8, .trail = true};
         }
         if ((rc = tp_batch(n->tp, ops, k)) != 0)
             goto out;
