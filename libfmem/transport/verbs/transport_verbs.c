@@ -80,6 +80,8 @@ struct verbs_transport {
     atomic_bool fenced;       /* the memory node refused our session */
     bool wait_posts;          /* FMEM_VERBS_WAIT_POSTS=1: posts wait like batches
                                * (the comparison in bench/rdma-bench.sh) */
+    bool no_trail;            /* FMEM_VERBS_TRAIL=0: trailing requests (tp_op.trail)
+                               * are waited for (bench/rdma-bench.sh compares) */
     bool prof_clock;          /* FMEM_VERBS_PROF=1: time each chain (tl_prof.wait_ns).
                                * Off by default: without a TSC the clock is a
                                * system call, two per chain (soft-RoCE VM) */
@@ -452,7 +454,7 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
     if (rc == 0 && nchain) {
         /* the trailing requests at the end (tp_op.trail) are not waited for */
         size_t nwait = nchain;
-        while (nwait > 1 && !v->wait_posts && chain[nwait - 1].trail &&
+        while (nwait > 1 && !v->wait_posts && !v->no_trail && chain[nwait - 1].trail &&
                (chain[nwait - 1].kind == TP_CAS ||
                 (chain[nwait - 1].kind == TP_WRITE && chain[nwait - 1].len <= 8)))
             nwait--;
@@ -581,6 +583,8 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
     v->wait_posts = wp && !strcmp(wp, "1");
     const char *pc = getenv("FMEM_VERBS_PROF");
     v->prof_clock = pc && !strcmp(pc, "1");
+    const char *tr = getenv("FMEM_VERBS_TRAIL");
+    v->no_trail = tr && !strcmp(tr, "0");
     v->hello = (struct verbs_hello){.magic = VERBS_MAGIC, .version = VERBS_VERSION,
                                     .role = p->role, .session = p->session};
     /* a service's queue pairs, reconnects included, share one session id:
