@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
@@ -76,6 +77,7 @@ struct cnt {
  * completion, work requests posted (chained and posted alone). */
 struct prof {
     uint64_t chains, wait_ns, wrs, posts, ns;
+    uint64_t user_ns, sys_ns; /* the thread's CPU time (getrusage), per phase */
 };
 
 struct trace {
@@ -98,6 +100,27 @@ static void prof_add(struct prof *p, const struct trace *a, uint64_t ns)
     p->wrs += b.v.wrs - a->v.wrs;
     p->posts += b.v.posts - a->v.posts;
     p->ns += ns;
+}
+
+/* The calling thread's user and system CPU time so far. */
+static void thread_cpu(uint64_t *user_ns, uint64_t *sys_ns)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru)) {
+        *user_ns = *sys_ns = 0;
+        return;
+    }
+    *user_ns = (uint64_t)ru.ru_utime.tv_sec * 1000000000u + (uint64_t)ru.ru_utime.tv_usec * 1000u;
+    *sys_ns = (uint64_t)ru.ru_stime.tv_sec * 1000000000u + (uint64_t)ru.ru_stime.tv_usec * 1000u;
+}
+
+/* Add the CPU time since (u0, s0) to p. */
+static void cpu_add(struct prof *p, uint64_t u0, uint64_t s0)
+{
+    uint64_t u, s;
+    thread_cpu(&u, &s);
+    p->user_ns += u - u0;
+    p->sys_ns += s - s0;
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -523,6 +546,8 @@ static void one_round(struct tctx *t, int a, bool measured)
     if (a == A_RPC) /* the server polls from now on (see the serve mode) */
         rpc_call(sl->conn, RB_HOLD, 0, 0, NULL, &scratch);
     phase(r, a, PH_ALLOC_START, measured);
+    uint64_t u0, s0; /* CPU over the phase: two system calls per batch, not per call */
+    thread_cpu(&u0, &s0);
     for (unsigned i = 0; i < r->batch; i++) {
         struct trace tr0;
         trace_now(&tr0);
@@ -542,7 +567,10 @@ static void one_round(struct tctx *t, int a, bool measured)
             sl->fail_a += rc != 0;
         }
     }
+    if (measured && a == A_FMEM)
+        cpu_add(&sl->pa, u0, s0);
     phase(r, a, PH_ALLOC_END, measured);
+    thread_cpu(&u0, &s0);
     for (unsigned i = 0; i < r->batch; i++) {
         if (!t->ok[i])
             continue;
@@ -563,6 +591,8 @@ static void one_round(struct tctx *t, int a, bool measured)
             sl->fail_f += rc != 0;
         }
     }
+    if (measured && a == A_FMEM)
+        cpu_add(&sl->pf, u0, s0);
     phase(r, a, PH_FREE_END, measured);
     if (a == A_RPC)
         rpc_call(sl->conn, RB_RELEASE, 0, 0, NULL, &scratch);
@@ -664,6 +694,8 @@ static size_t run_config(const bool *want, size_t size, unsigned threads, unsign
             res->pa.posts += sl->pa.posts, res->pf.posts += sl->pf.posts;
             res->pf.chains += sl->pf.chains, res->pf.wait_ns += sl->pf.wait_ns;
             res->pf.wrs += sl->pf.wrs, res->pf.ns += sl->pf.ns;
+            res->pa.user_ns += sl->pa.user_ns, res->pa.sys_ns += sl->pa.sys_ns;
+            res->pf.user_ns += sl->pf.user_ns, res->pf.sys_ns += sl->pf.sys_ns;
             free(sl->lat_a);
             free(sl->lat_f);
         }
@@ -752,6 +784,14 @@ static void print_prof(const struct result *f, const struct result *fa)
             printf("   %.2f", total * 1e3 / rt);
         printf("\n");
     }
+    /* getrusage counts in scheduler ticks on some kernels: means over a
+     * whole run, not single calls */
+    printf("fmem CPU per call (the calling thread's, getrusage, means): us user, us system\n");
+    for (int j = 0; j < 2; j++)
+        if (n[j])
+            printf("  %-5s %8.1f %8.1f\n", j ? "free" : "alloc",
+                   (double)p[j]->user_ns / (double)n[j] / 1e3,
+                   (double)p[j]->sys_ns / (double)n[j] / 1e3);
 }
 
 static void print_ratio(const char *name, const struct result *f, const struct result *b)

@@ -1,13 +1,13 @@
 /* alloc.c - front end of the protocol on one node: pick the layer by size,
  * hand out and check capability keys, and order a free so that the old key
  * dies before the block can be handed to anyone else. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "crashpoint.h"
 #include "fmem.h"
 #include "protocol.h"
+#include "thread_table.h"
 
 _Thread_local unsigned node_last_retries;
 
@@ -232,24 +232,40 @@ static int wk_wait_change(struct node *n, uint64_t off, uint64_t v, uint64_t *no
     }
 }
 
+/* The key entry a free installs in place of *cap: over windows the backup
+ * window is promoted to main key (with no backup yet, a recovery's free
+ * just took it or the regenerator is behind, the regenerator is woken and
+ * waited for, and *cap is the entry it left); elsewhere the revoked entry. */
+static int promoted_cap(struct node *n, uint64_t off, uint64_t *cap, uint64_t *next)
+{
+    if (!n->tp->wkeys_off) {
+        *next = revoked_cap(n, *cap);
+        return 0;
+    }
+    while (cap_backup(*cap) == 0) {
+        int rc = wk_ring(n, off);
+        if (rc == 0)
+            rc = wk_wait_change(n, off, *cap, cap);
+        if (rc)
+            return rc;
+    }
+    *next = cap_make(cap_backup(*cap), 0);
+    return 0;
+}
+
 static int wk_revoke(struct node *n, uint64_t off, uint64_t cap, bool any_key)
 {
     for (;;) {
-        if (cap_backup(cap) == 0) { /* no backup window yet: wake the regenerator */
-            int rc = wk_ring(n, off);
-            if (rc == 0)
-                rc = wk_wait_change(n, off, cap, &cap);
-            if (rc)
-                return rc;
-            continue;
-        }
-        uint64_t next = cap_make(cap_backup(cap), 0), v = 0;
+        uint64_t next, v = 0;
+        int rc = promoted_cap(n, off, &cap, &next);
+        if (rc)
+            return rc;
         struct tp_op ops[2] = {
             {.kind = TP_CAS, .off = off, .expect = cap, .desired = next},
             {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &v, .len = 8},
         };
         v = wk_bell(n, off);
-        int rc = tp_batch(n->tp, ops, 2);
+        rc = tp_batch(n->tp, ops, 2);
         if (rc)
             return rc;
         if (ops[0].old == cap) /* swapped: wait for the old window to go */
@@ -408,31 +424,23 @@ static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t c
     bool wk = n->tp->wkeys_off != 0;
     for (;;) {
         uint64_t next;
-        if (wk) {
-            if (cap_backup(cap) == 0) { /* no backup window yet (a recovery's
-                                         * free just took it): wait for one */
-                int rc = wk_ring(n, off);
-                if (rc == 0)
-                    rc = wk_wait_change(n, off, cap, &cap);
-                if (rc)
-                    return rc;
-                continue;
-            }
-            next = cap_make(cap_backup(cap), 0);
-        } else {
-            next = revoked_cap(n, cap);
-        }
+        int rc = promoted_cap(n, off, &cap, &next);
+        if (rc)
+            return rc;
         struct tp_op all[4] = {
             {.kind = TP_READ, .off = data_off(n, chunk), .buf = &guard, .len = 8,
              .rkey = guard_rkey},
             {.kind = TP_CAS, .off = off, .expect = cap, .desired = next},
             {.kind = TP_CAS, .off = log_off(n, chunk), .expect = e, .desired = e | LOG_QUARANTINE},
-            {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8},
+            /* the doorbell trails: the free's outcome is known from the
+             * CASes, and the queue pair delivers it before anything the
+             * thread does next (a lost one: the regenerator's idle scan) */
+            {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8, .trail = true},
         };
         struct tp_op *ops = guard_rkey ? all : all + 1;
         if (wk)
             bell = wk_bell(n, off);
-        int rc = tp_batch(n->tp, ops, (wk ? 3 : 2) + (guard_rkey != 0));
+        rc = tp_batch(n->tp, ops, (wk ? 3 : 2) + (guard_rkey != 0));
         if (rc == FMEM_EACCES && guard_rkey)
             return OWN_NOT; /* the key is dead: not ours to free this way */
         guard_rkey = 0;
@@ -484,19 +492,8 @@ static int quarantine_sections(struct node *n, uint64_t chunk, unsigned log2c, u
         }
     for (;;) {
         uint64_t next;
-        if (wk) {
-            if (cap_backup(cap) == 0) { /* no backup window yet: wait for one */
-                rc = wk_ring(n, off);
-                if (rc == 0)
-                    rc = wk_wait_change(n, off, cap, &cap);
-                if (rc)
-                    goto out;
-                continue;
-            }
-            next = cap_make(cap_backup(cap), 0);
-        } else {
-            next = revoked_cap(n, cap);
-        }
+        if ((rc = promoted_cap(n, off, &cap, &next)) != 0)
+            goto out;
         size_t k = 0;
         ops[k++] = (struct tp_op){.kind = TP_CAS, .off = off, .expect = cap, .desired = next};
         for (uint64_t i = nb; i-- > 0;) /* the first part's mark last */
@@ -506,7 +503,7 @@ static int quarantine_sections(struct node *n, uint64_t chunk, unsigned log2c, u
         if (wk) {
             bell = wk_bell(n, off);
             ops[k++] = (struct tp_op){.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell,
-                                      .len = 8};
+                                      .len = 8, .trail = true};
         }
         if ((rc = tp_batch(n->tp, ops, k)) != 0)
             goto out;
@@ -566,31 +563,15 @@ struct own_alloc {
     unsigned log2c;
 };
 
-/* On the heap, once per thread (freed when it exits): a static TLS array
- * this large would not fit where libfmem.so is loaded with dlopen. */
+/* A table per thread (thread_table.h) */
+static struct thread_table own_tables = THREAD_TABLE(OWN_SLOTS, sizeof(struct own_alloc));
 static _Thread_local struct own_alloc *tl_own;
-static pthread_key_t own_key;
-static pthread_once_t own_once = PTHREAD_ONCE_INIT;
-static bool own_key_ok;
-
-static void own_key_init(void)
-{
-    own_key_ok = pthread_key_create(&own_key, free) == 0;
-}
 
 static struct own_alloc *own_table(bool create)
 {
-    if (tl_own || !create)
-        return tl_own;
-    pthread_once(&own_once, own_key_init);
-    if (!own_key_ok)
-        return NULL;
-    struct own_alloc *t = calloc(OWN_SLOTS, sizeof *t);
-    if (t && pthread_setspecific(own_key, t) != 0) {
-        free(t);
-        t = NULL;
-    }
-    return tl_own = t;
+    if (!tl_own && create)
+        tl_own = thread_table_new(&own_tables);
+    return tl_own;
 }
 
 static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap)

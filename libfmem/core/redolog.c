@@ -9,13 +9,13 @@
  * current layer of the span decides: a chunk-layer log may only be written
  * while the span is attached, a section-layer one while it is detached, and
  * in both cases only while it is still the latest log in its header. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "crashpoint.h"
 #include "fmem.h"
 #include "node.h"
+#include "thread_table.h"
 
 /* Block described by a temporary log, and whether the op was an allocation. */
 struct tlog {
@@ -281,7 +281,18 @@ void log_commit_span(struct node *n, uint64_t s, uint64_t h)
  * the block just allocated becomes the allocation's log: the header cannot
  * move past it without flushing it. A failed CAS forgets the span. Entries
  * of allocated blocks (quarantine marks change them without a header CAS)
- * are never used: such a block is not free in the header. */
+ * are never used: such a block is not free in the header.
+ * Over memory windows the same holds for the key entries of the span's
+ * blocks of the commit's size (one contiguous run of the window-key table,
+ * wkeys.h): a block's key entry changes only while it is allocated (its
+ * free promotes the backup, the memory node binds a new one and only then
+ * frees the block in its layer, a header CAS), so the keys of the free
+ * blocks in H are what a READ after the CAS that made H returned, and a
+ * commit that finds its snapshot valid posts the CAS alone. Not with type-2
+ * windows (keys are bound per queue pair at allocation) nor on shm (keys
+ * are per chunk there, shared by every size). A memory node that re-binds
+ * its windows (a restart) is a different node to the transport (it refuses
+ * to reconnect to it), so snapshots cannot outlive the keys they hold. */
 #define SNAP_SLOTS 4
 
 _Atomic uint64_t log_snap_wrong;
@@ -291,35 +302,21 @@ struct span_snap {
     uint64_t serial;      /* n's (a closed node's memory may be reused) */
     uint64_t s, hs;       /* span, and the header value the entries go with */
     uint64_t e[CHUNKS_PER_SPAN];
+    /* the span's key entries of blocks of 2^klog2 chunks (CHUNKS_PER_SPAN
+     * >> klog2 of them), valid with hs when keys_ok */
+    bool keys_ok;
+    unsigned klog2;
+    uint64_t k[CHUNKS_PER_SPAN];
 };
 
-/* On the heap, once per thread (freed when it exits): static TLS this
- * large may not fit where libfmem.so is loaded with dlopen. */
+/* A table per thread (thread_table.h) */
+static struct thread_table snap_table = THREAD_TABLE(SNAP_SLOTS, sizeof(struct span_snap));
 static _Thread_local struct span_snap *tl_snaps;
-static pthread_key_t snap_key;
-static pthread_once_t snap_once = PTHREAD_ONCE_INIT;
-static bool snap_key_ok;
-
-static void snap_key_init(void)
-{
-    snap_key_ok = pthread_key_create(&snap_key, free) == 0;
-}
 
 static struct span_snap *span_snap_slot(uint64_t s)
 {
-    if (!tl_snaps) {
-        pthread_once(&snap_once, snap_key_init);
-        if (!snap_key_ok)
-            return NULL;
-        struct span_snap *t = calloc(SNAP_SLOTS, sizeof *t);
-        if (t && pthread_setspecific(snap_key, t) != 0) {
-            free(t);
-            t = NULL;
-        }
-        if (!t)
-            return NULL;
-        tl_snaps = t;
-    }
+    if (!tl_snaps && !(tl_snaps = thread_table_new(&snap_table)))
+        return NULL;
     return &tl_snaps[s % SNAP_SLOTS];
 }
 
@@ -342,19 +339,33 @@ int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, ui
 {
     if (n->log_none || !log_key_read.armed)
         return tp_cas(n->tp, span_hdr_off(n, s), hv, nv, old);
-    uint64_t key, ents[CHUNKS_PER_SPAN];
+    uint64_t keys[CHUNKS_PER_SPAN], ents[CHUNKS_PER_SPAN];
     unsigned off = (unsigned)(chunk % CHUNKS_PER_SPAN);
     struct span_snap *sn = span_snap_on() ? span_snap_slot(s) : NULL;
     bool known = sn && sn->n == n && sn->serial == n->serial && sn->s == s && sn->hs == hv;
-    /* the READ of the entries comes after the CAS: what it reads goes with
-     * nv (if nobody moved the header in between, which the next commit's
-     * CAS tells) */
+    /* window keys of the span's blocks of this size: one READ of them all
+     * (else the block's own key) */
+    bool span_keys = sn && n->tp->wkeys_off && !n->tp->keys_bound_qp && log2c <= 4;
+    bool keys_known = known && span_keys && sn->keys_ok && sn->klog2 == log2c;
+    unsigned kslot = span_keys ? off >> log2c : 0;
+    /* the READs come after the CAS: what they read goes with nv (if nobody
+     * moved the header in between, which the next commit's CAS tells) */
     struct tp_op ops[3] = {
         {.kind = TP_CAS, .off = span_hdr_off(n, s), .expect = hv, .desired = nv},
-        {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &key, .len = 8},
-        {.kind = TP_READ, .off = log_off(n, s * CHUNKS_PER_SPAN), .buf = ents, .len = sizeof ents},
     };
-    int rc = tp_batch(n->tp, ops, known ? 2 : 3);
+    size_t nops = 1;
+    if (!keys_known)
+        ops[nops++] = span_keys ? (struct tp_op){.kind = TP_READ,
+                                                 .off = key_off(n, s * CHUNKS_PER_SPAN, log2c),
+                                                 .buf = keys,
+                                                 .len = 8 * (CHUNKS_PER_SPAN >> log2c)}
+                                : (struct tp_op){.kind = TP_READ,
+                                                 .off = key_off(n, chunk, log2c),
+                                                 .buf = keys, .len = 8};
+    if (!known)
+        ops[nops++] = (struct tp_op){.kind = TP_READ, .off = log_off(n, s * CHUNKS_PER_SPAN),
+                                     .buf = ents, .len = sizeof ents};
+    int rc = tp_batch(n->tp, ops, nops);
     if (rc < 0 || ops[0].old != hv) {
         if (sn && sn->n == n && sn->s == s)
             sn->n = NULL;
@@ -365,6 +376,7 @@ int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, ui
     }
     *old = ops[0].old;
     uint64_t e = known ? sn->e[off] : ents[off];
+    uint64_t key = keys_known ? sn->k[kslot] : keys[kslot];
     if (known)
         tp_trace.snap_hits++;
     if (sn) {
@@ -374,6 +386,11 @@ int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, ui
             sn->serial = n->serial;
             sn->s = s;
         }
+        if (span_keys && !keys_known) {
+            memcpy(sn->k, keys, 8 * (CHUNKS_PER_SPAN >> log2c));
+            sn->klog2 = log2c;
+        }
+        sn->keys_ok = span_keys;
         uint64_t c, want;
         if (log_expected_span(s, nv, &c, &want) && c == chunk) {
             sn->hs = nv;

@@ -22,6 +22,10 @@ struct tp_op {
     uint64_t old;     /* CAS: value found (== expect on success) */
     uint32_t rkey;    /* verbs: key of the window to use; 0: the transport's
                        * own key for that range (metadata, window keys) */
+    bool trail;       /* an 8-byte WRITE or a CAS at the end of a batch that
+                       * the batch need not wait for (verbs: unsignaled, done
+                       * before the thread's next batch on the transport); a
+                       * trailing CAS's result is never known (old = expect) */
 };
 
 /* Counters of the operations one thread issued; the protocol and the

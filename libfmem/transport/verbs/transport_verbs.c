@@ -80,6 +80,8 @@ struct verbs_transport {
     atomic_bool fenced;       /* the memory node refused our session */
     bool wait_posts;          /* FMEM_VERBS_WAIT_POSTS=1: posts wait like batches
                                * (the comparison in bench/rdma-bench.sh) */
+    bool no_trail;            /* FMEM_VERBS_TRAIL=0: trailing requests (tp_op.trail)
+                               * are waited for (bench/rdma-bench.sh compares) */
     bool prof_clock;          /* FMEM_VERBS_PROF=1: time each chain (tl_prof.wait_ns).
                                * Off by default: without a TSC the clock is a
                                * system call, two per chain (soft-RoCE VM) */
@@ -274,9 +276,18 @@ static struct ibv_send_wr *pend_link(struct verbs_conn *c, struct ibv_send_wr *w
     return &c->pend_wr[0];
 }
 
-/* Post ops[0..n) (all fitting the bounce buffer and MAX_WR) and wait. */
+/* A slot of the posted area (held and trailing requests): 8 bytes the next
+ * chains do not touch while the request may still be in flight. */
+static char *posted_slot(struct verbs_conn *c)
+{
+    return c->bounce + BOUNCE_CHAIN + 8 * (c->posted_seq++ % (POSTED_AREA / 8));
+}
+
+/* Post ops[0..n) (all fitting the bounce buffer and MAX_WR) and wait for
+ * ops[0..nwait): the rest trail (tp_op.trail), unsignaled, their data in
+ * the posted area; the queue pair's next chain completes after them. */
 static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp_op *ops,
-                      size_t n, size_t *bounce_off)
+                      size_t n, size_t nwait, size_t *bounce_off)
 {
     struct ibv_send_wr wr[MAX_WR], *bad;
     struct ibv_sge sge[MAX_WR];
@@ -284,11 +295,18 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
     for (size_t i = 0; i < n; i++) {
         struct tp_op *op = &ops[i];
         size_t len = op->kind == TP_CAS ? 8 : op->len;
-        off = (off + 7) & ~(size_t)7; /* atomics need 8-byte aligned targets */
-        bounce_off[i] = off;
+        char *src;
+        if (i >= nwait) { /* trailing: 8 bytes at most (verbs_batch) */
+            src = posted_slot(c);
+        } else {
+            off = (off + 7) & ~(size_t)7; /* atomics need 8-byte aligned targets */
+            bounce_off[i] = off;
+            src = c->bounce + off;
+            off += len;
+        }
         if (op->kind == TP_WRITE)
-            memcpy(c->bounce + off, op->buf, len);
-        sge[i] = (struct ibv_sge){.addr = (uintptr_t)(c->bounce + off), .length = (uint32_t)len,
+            memcpy(src, op->buf, len);
+        sge[i] = (struct ibv_sge){.addr = (uintptr_t)src, .length = (uint32_t)len,
                                   .lkey = c->mr->lkey};
         wr[i] = (struct ibv_send_wr){.wr_id = i, .sg_list = &sge[i], .num_sge = len ? 1 : 0,
                                      .next = i + 1 < n ? &wr[i + 1] : NULL};
@@ -314,14 +332,14 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
             wr[i].wr.atomic.swap = op->desired;
             break;
         }
-        off += len;
     }
-    wr[n - 1].send_flags = IBV_SEND_SIGNALED; /* selective signaling */
+    wr[nwait - 1].send_flags = IBV_SEND_SIGNALED; /* selective signaling */
     struct ibv_send_wr *head = pend_link(c, wr);
     struct timespec t0 = {0};
     if (v->prof_clock)
         clock_gettime(CLOCK_MONOTONIC, &t0);
     tl_prof.wrs += n;
+    tl_prof.trails += n - nwait;
     tl_prof.posts++;
     if (ibv_post_send(c->qp, head, &bad)) {
         c->broken = true;
@@ -354,7 +372,7 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
             atomic_fetch_add(&v->refused, 1);
             return FMEM_EACCES;
         }
-        if (wc.wr_id == n - 1)
+        if (wc.wr_id == nwait - 1)
             break;
     }
     if (v->prof_clock) {
@@ -363,8 +381,10 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
         tl_prof.wait_ns +=
             (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000 + t1.tv_nsec - t0.tv_nsec);
     }
-    c->posted = 0; /* completions come in order: the posts before are done */
-    for (size_t i = 0; i < n; i++) {
+    /* completions come in order: the posts before are done, the trailing
+     * requests not known to be */
+    c->posted = (unsigned)(n - nwait);
+    for (size_t i = 0; i < nwait; i++) {
         if (ops[i].kind == TP_READ)
             memcpy(ops[i].buf, c->bounce + bounce_off[i], ops[i].len);
         else if (ops[i].kind == TP_CAS)
@@ -416,7 +436,7 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
                 piece.len = total - done < MAX_SGE_BYTES ? total - done : MAX_SGE_BYTES;
             }
             if (nchain + c->posted >= MAX_WR || used + op_bytes(&piece) > BOUNCE_CHAIN) {
-                rc = post_chain(v, c, chain, nchain, bounce_off);
+                rc = post_chain(v, c, chain, nchain, nchain, bounce_off);
                 if (rc)
                     break;
                 for (size_t k = 0; k < nchain; k++) /* CAS results */
@@ -432,7 +452,15 @@ static int verbs_batch(struct transport *t, struct tp_op *ops, size_t n)
         } while (done < total);
     }
     if (rc == 0 && nchain) {
-        rc = post_chain(v, c, chain, nchain, bounce_off);
+        /* the trailing requests at the end (tp_op.trail) are not waited for */
+        size_t nwait = nchain;
+        while (nwait > 1 && !v->wait_posts && !v->no_trail && chain[nwait - 1].trail &&
+               (chain[nwait - 1].kind == TP_CAS ||
+                (chain[nwait - 1].kind == TP_WRITE && chain[nwait - 1].len <= 8)))
+            nwait--;
+        for (size_t k = nwait; k < nchain; k++)
+            chain[k].old = chain[k].expect; /* never known */
+        rc = post_chain(v, c, chain, nchain, nwait, bounce_off);
         for (size_t k = 0; rc == 0 && k < nchain; k++)
             if (chain[k].kind == TP_CAS)
                 ((struct tp_op *)chain[k].buf)->old = chain[k].old;
@@ -450,7 +478,7 @@ static void drain_posts(struct verbs_transport *v, struct verbs_conn *c)
     size_t boff;
     pthread_mutex_lock(&c->lock);
     if (c->posted && !c->broken && c->id)
-        post_chain(v, c, &op, 1, &boff);
+        post_chain(v, c, &op, 1, 1, &boff);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -467,12 +495,12 @@ static int verbs_post(struct transport *t, struct tp_op *op)
     int rc = c->broken ? conn_reset(v, c) : 0;
     if (rc == 0 && (c->posted >= POSTED_MAX || v->wait_posts)) { /* wait for this one */
         size_t boff;
-        rc = post_chain(v, c, op, 1, &boff);
+        rc = post_chain(v, c, op, 1, 1, &boff);
         pthread_mutex_unlock(&c->lock);
         return rc ? rc : 1;
     }
     if (rc == 0) { /* held: it leads the next chain of this queue pair */
-        char *res = c->bounce + BOUNCE_CHAIN + 8 * (c->posted_seq++ % (POSTED_AREA / 8));
+        char *res = posted_slot(c);
         struct ibv_sge *sge = &c->pend_sge[c->npend];
         struct ibv_send_wr *wr = &c->pend_wr[c->npend];
         *sge = (struct ibv_sge){.addr = (uintptr_t)res, .length = 8, .lkey = c->mr->lkey};
@@ -555,6 +583,8 @@ int verbs_transport_connect(const struct verbs_connect_params *p, struct transpo
     v->wait_posts = wp && !strcmp(wp, "1");
     const char *pc = getenv("FMEM_VERBS_PROF");
     v->prof_clock = pc && !strcmp(pc, "1");
+    const char *tr = getenv("FMEM_VERBS_TRAIL");
+    v->no_trail = tr && !strcmp(tr, "0");
     v->hello = (struct verbs_hello){.magic = VERBS_MAGIC, .version = VERBS_VERSION,
                                     .role = p->role, .session = p->session};
     /* a service's queue pairs, reconnects included, share one session id:

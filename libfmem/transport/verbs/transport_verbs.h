@@ -39,6 +39,7 @@ bool verbs_transport_fenced(struct transport *t);
  * started: for profiles (bench/fmem-rdmabench). */
 struct verbs_prof {
     uint64_t wrs, wait_ns, posts;
+    uint64_t trails; /* of wrs, trailing requests not waited for (tp_op.trail) */
 };
 void verbs_transport_thread_prof(struct verbs_prof *out);
 int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES]);
