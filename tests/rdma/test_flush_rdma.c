@@ -77,8 +77,8 @@ Test(flush_rdma, allocation_takes_fewer_than_two_round_trips)
 Test(flush_rdma, span_key_snapshot_hands_out_live_keys)
 {
     fmem_pool *p, *q;
-    cr_assert_eq(fmem_open(uri, &p), 0);
-    cr_assert_eq(fmem_open(uri, &q), 0); /* another connection: other queue pairs */
+    cr_assert_eq(fmem_open(node, &p), 0);
+    cr_assert_eq(fmem_open(node, &q), 0); /* another connection: other queue pairs */
     enum { N = 160 };
     static fmem_handle h[N], g[N];
     unsigned ng = 0;
