@@ -238,7 +238,9 @@ static int pm_layout_ok(const struct py_arena_hook *k)
     return seen > 0;
 }
 
-FMEM_API int64_t fmem_hooks_python_release_empty_pools(void)
+/* Run release(h) on every pool of the hooked arenas; the bytes given back
+ * in all, or release's error if nothing was given back before it. */
+static int64_t pm_each_pool(int64_t (*release)(struct pm_pool_header *h))
 {
     if (!PM_CHECKED)
         return FMEM_ENOTSUP;
@@ -255,18 +257,30 @@ FMEM_API int64_t fmem_hooks_python_release_empty_pools(void)
             continue;
         for (uintptr_t p = (a + PM_POOL - 1) & ~(uintptr_t)(PM_POOL - 1); p + PM_POOL <= end;
              p += PM_POOL) {
-            struct pm_pool_header *h = (void *)p;
-            /* in use; released before and not used since; never used (a
-             * zero header: its pages were never touched either) */
-            if (h->ref.count != 0 || h->szidx == PM_NO_CLASS || h->nextoffset == 0)
-                continue;
-            if (madvise((char *)p + PM_HEAD_PAGE, PM_POOL - PM_HEAD_PAGE, MADV_REMOVE) != 0)
-                return got ? got : (errno == EINVAL || errno == EOPNOTSUPP ? FMEM_ENOTSUP : FMEM_EIO);
-            h->szidx = PM_NO_CLASS;
-            got += (int64_t)(PM_POOL - PM_HEAD_PAGE);
+            int64_t r = release((struct pm_pool_header *)p);
+            if (r < 0)
+                return got ? got : r;
+            got += r;
         }
     }
     return got;
+}
+
+static int64_t pm_release_empty_pool(struct pm_pool_header *h)
+{
+    /* in use; released before and not used since; never used (a zero
+     * header: its pages were never touched either) */
+    if (h->ref.count != 0 || h->szidx == PM_NO_CLASS || h->nextoffset == 0)
+        return 0;
+    if (madvise((char *)h + PM_HEAD_PAGE, PM_POOL - PM_HEAD_PAGE, MADV_REMOVE) != 0)
+        return errno == EINVAL || errno == EOPNOTSUPP ? FMEM_ENOTSUP : FMEM_EIO;
+    h->szidx = PM_NO_CLASS;
+    return (int64_t)(PM_POOL - PM_HEAD_PAGE);
+}
+
+FMEM_API int64_t fmem_hooks_python_release_empty_pools(void)
+{
+    return pm_each_pool(pm_release_empty_pool);
 }
 
 /* ---- free pages of used pools -------------------------------------------
@@ -437,30 +451,13 @@ static int64_t pm_release_pool_pages(struct pm_pool_header *h)
     return (int64_t)__builtin_popcount(gone) * (int64_t)PM_HEAD_PAGE;
 }
 
+static int64_t pm_release_used_pool(struct pm_pool_header *h)
+{
+    /* empty pools: release_empty_pools */
+    return h->ref.count == 0 ? 0 : pm_release_pool_pages(h);
+}
+
 FMEM_API int64_t fmem_hooks_python_release_free_pages(void)
 {
-    if (!PM_CHECKED)
-        return FMEM_ENOTSUP;
-    struct py_arena_hook *k = arena_hook;
-    if (!k || k->pid != getpid() || k->narenas == 0)
-        return 0;
-    if (!pm_layout_ok(k))
-        return FMEM_ENOTSUP;
-    int64_t got = 0;
-    for (size_t i = 0; i < k->narenas; i++) {
-        uintptr_t a = (uintptr_t)k->arenas[i].p, end = a + k->arenas[i].size;
-        if (!pm_arena_looks_right(a, k->arenas[i].size))
-            continue;
-        for (uintptr_t p = (a + PM_POOL - 1) & ~(uintptr_t)(PM_POOL - 1); p + PM_POOL <= end;
-             p += PM_POOL) {
-            struct pm_pool_header *h = (void *)p;
-            if (h->ref.count == 0) /* empty pools: release_empty_pools */
-                continue;
-            int64_t r = pm_release_pool_pages(h);
-            if (r < 0)
-                return got ? got : r;
-            got += r;
-        }
-    }
-    return got;
+    return pm_each_pool(pm_release_used_pool);
 }
