@@ -27,6 +27,18 @@ static uint64_t pattern(size_t i)
     return i * 0x9e3779b97f4a7c15ull + 3;
 }
 
+/* A region of `size` bytes in 16 KiB units with a `cache`-byte cache,
+ * every page stamped with pattern() and flushed to the pool. */
+static fmem_region *filled(size_t size, size_t cache)
+{
+    fmem_region *r = make(size, cache, 16 << 10);
+    unsigned char *m = fmem_region_base(r);
+    for (size_t i = 0; i < size; i += PAGE)
+        *(uint64_t *)(m + i) = pattern(i);
+    cr_assert_eq(fmem_region_flush(r), 0);
+    return r;
+}
+
 /* Sequential passes over a region whose cache (1 MiB, 64 units) is half an
  * eviction window: the victims behind the scan share their window with
  * the read-ahead in front of it. Every page is checked. */
@@ -34,11 +46,8 @@ static void scan_past_window(int pf_thread)
 {
     prefetch_thread(pf_thread);
     size_t size = (size_t)16 << 20, unit = 16 << 10;
-    fmem_region *r = make(size, (size_t)1 << 20, unit);
+    fmem_region *r = filled(size, (size_t)1 << 20);
     unsigned char *m = fmem_region_base(r);
-    for (size_t i = 0; i < size; i += PAGE)
-        *(uint64_t *)(m + i) = pattern(i);
-    cr_assert_eq(fmem_region_flush(r), 0);
     fmem_region_stats_t a, b;
     cr_assert_eq(fmem_region_stats(r, &a), 0);
     for (int pass = 0; pass < 3; pass++)
@@ -90,11 +99,8 @@ Test(region_ahead, untouched_read_ahead_is_evicted_eventually)
 {
     prefetch_thread(0);
     size_t size = (size_t)32 << 20, unit = 16 << 10;
-    fmem_region *r = make(size, (size_t)1 << 20, unit);
+    fmem_region *r = filled(size, (size_t)1 << 20);
     unsigned char *m = fmem_region_base(r);
-    for (size_t i = 0; i < size; i += PAGE)
-        *(uint64_t *)(m + i) = pattern(i);
-    cr_assert_eq(fmem_region_flush(r), 0);
     fmem_region_stats_t a, b;
     cr_assert_eq(fmem_region_stats(r, &a), 0);
     uint64_t seed = 0x5eed;
@@ -120,11 +126,8 @@ Test(region_ahead, release_drops_unreached_read_ahead)
 {
     prefetch_thread(0);
     size_t size = (size_t)8 << 20, unit = 16 << 10;
-    fmem_region *r = make(size, (size_t)2 << 20, unit);
+    fmem_region *r = filled(size, (size_t)2 << 20);
     unsigned char *m = fmem_region_base(r);
-    for (size_t i = 0; i < size; i += PAGE)
-        *(uint64_t *)(m + i) = pattern(i);
-    cr_assert_eq(fmem_region_flush(r), 0);
     /* push the data out: scan the second half */
     for (size_t i = size / 2; i < size; i += PAGE)
         cr_assert_eq(*(volatile uint64_t *)(m + i), pattern(i));
