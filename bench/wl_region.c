@@ -168,6 +168,12 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
         double us_unit_other = moved ? other * 1e6 / (double)moved : 0;
         /* beyond the scan itself: the local scan's CPU time per byte */
         double cpu_us_fault = faults ? (cpu - lc * g / local[p]) * 1e6 / (double)faults : 0;
+        /* the scan's wall time per fault beyond the local scan's, and the
+         * share of faults the handler picked up while spinning (without
+         * a wake-up of its own, region_handler_wait.c) */
+        double wall_us_fault = faults ? o->seconds * (1 - g / local[p]) * 1e6 / (double)faults : 0;
+        uint64_t spun = b.spin_wakes - a.spin_wakes;
+        double spin_pct = faults ? 100.0 * (double)spun / (double)faults : 0;
         const char *name = p ? "rand" : "seq";
         double ratio = g / local[p];
         out[p] = g;
@@ -177,7 +183,8 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
                    "\"size\":%zu,\"fetch_unit\":%zu,\"faults\":%llu,\"fetches\":%llu,"
                    "\"prefetches\":%llu,\"evictions\":%llu,\"writebacks\":%llu,"
                    "\"cpu_s\":%.4g,\"cpu_us_per_fault\":%.4g,\"app_cpu_us_per_unit\":%.4g,"
-                   "\"region_cpu_us_per_unit\":%.4g,\"ahead_unused\":%llu,\"ahead_window\":%llu}\n",
+                   "\"region_cpu_us_per_unit\":%.4g,\"ahead_unused\":%llu,\"ahead_window\":%llu,"
+                   "\"wall_us_per_fault\":%.4g,\"spin_wake_pct\":%.3g}\n",
                    name, pct, g, ratio, local[p], o->size, o->unit,
                    (unsigned long long)(b.faults - a.faults),
                    (unsigned long long)(b.fetches - a.fetches),
@@ -185,18 +192,20 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
                    (unsigned long long)(b.evictions - a.evictions),
                    (unsigned long long)(b.writebacks - a.writebacks), cpu, cpu_us_fault, us_unit_app,
                    us_unit_other, (unsigned long long)(b.ahead_unused - a.ahead_unused),
-                   (unsigned long long)(b.ahead_window - a.ahead_window));
+                   (unsigned long long)(b.ahead_window - a.ahead_window), wall_us_fault,
+                   spin_pct);
         fprintf(o->json ? stderr : stdout,
                 "%-5s cache %3d%%  %8.3f GB/s  %7.4f x local (%.3f GB/s)  (faults %llu, "
                 "fetched %llu, read ahead %llu (unused %llu, by windows %llu), evicted %llu, "
-                "%.1f us CPU/fault; per unit in: %.2f us scan thread, %.2f us region threads)\n",
+                "%.1f us CPU/fault, %.1f us wall/fault, %.0f%% picked up spinning; per unit in: %.2f us "
+                "scan thread, %.2f us region threads)\n",
                 name, pct, g, ratio, local[p], (unsigned long long)(b.faults - a.faults),
                 (unsigned long long)(b.fetches - a.fetches),
                 (unsigned long long)(b.prefetches - a.prefetches),
                 (unsigned long long)(b.ahead_unused - a.ahead_unused),
                 (unsigned long long)(b.ahead_window - a.ahead_window),
-                (unsigned long long)(b.evictions - a.evictions), cpu_us_fault, us_unit_app,
-                us_unit_other);
+                (unsigned long long)(b.evictions - a.evictions), cpu_us_fault, wall_us_fault,
+                spin_pct, us_unit_app, us_unit_other);
     }
     return fmem_region_destroy(r);
 }

@@ -230,6 +230,7 @@ int fmem_region_create(fmem_pool *pool, const fmem_region_config *cfg, fmem_regi
     const char *pt = getenv("FMEM_REGION_PREFETCH_THREAD");
     r->pf_on = r->prefetch > 0 && pt && pt[0] == '1';
     r->direct = 1; /* until fmem_map says otherwise */
+    region_handler_wait_init(r);
     if ((rc = region_init_sync(r)) != 0) {
         free(r);
         return rc;
@@ -406,6 +407,8 @@ static int region_stats(fmem_region *r, fmem_region_stats_t *out)
     out->alloc_failures = atomic_load(&c->alloc_failures);
     out->ahead_unused = atomic_load(&c->ahead_unused);
     out->ahead_window = atomic_load(&c->ahead_window);
+    out->spin_wakes = atomic_load(&c->spin_wakes);
+    out->handler_sleeps = atomic_load(&c->handler_sleeps);
     out->cache_bytes = (uint64_t)r->cap * r->unit;
     remote_fill_stats(r, out);
     pthread_mutex_lock(&r->lock);

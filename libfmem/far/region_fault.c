@@ -660,7 +660,7 @@ void *region_handler_main(void *arg)
         int timeout = retry || (nospace && space) || ahead || fresh ? 0 : -1;
         int got = 0, n;
         struct pollfd p[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->evfd, .events = POLLIN}};
-        int ready = poll(p, 2, timeout);
+        int ready = region_handler_wait(r, p, timeout);
         if (ready < 0 && errno != EINTR) {
             report("poll", -errno);
             break;

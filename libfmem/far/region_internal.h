@@ -119,7 +119,9 @@ struct install_ctx {
 struct region_counters {
     _Atomic uint64_t faults, missing_faults, wp_faults, hits, fetches, prefetches, zero_fills,
         evictions, writebacks, bytes_fetched, bytes_written, remote_bytes, remote_peak, releases,
-        alloc_failures, ahead_unused, ahead_window;
+        alloc_failures, ahead_unused, ahead_window,
+        spin_wakes,     /* the handler found a fault while spinning */
+        handler_sleeps; /* the handler slept in poll(2) */
 };
 
 /* region_io.c: worker threads for transfers in parallel (the I/O width) */
@@ -216,6 +218,8 @@ struct fmem_region {
     uint32_t buf_units;
     _Atomic int direct;      /* fmem_map works on this pool: copy in place */
     struct install_ctx inst;
+    uint64_t spin_ns;           /* region_handler_wait.c; 0: never spin */
+    int spin_on;                /* work comes in quick succession */
     struct fault_list deferred; /* to retry (EAGAIN) or waiting for space */
     uint32_t seq_next;          /* unit a sequential scan faults on next */
     unsigned seq_run;
@@ -345,6 +349,11 @@ void *region_handler_main(void *arg);
  * it returns with install_mu released. */
 void region_install_run(struct fmem_region *r, int pf, uint32_t first, uint32_t n,
                         const uint8_t *remote, int dirty, int demand);
+/* region_handler_wait.c: the handler's poll(2) on {uffd, evfd}, spinning
+ * a little first while faults come in quick succession */
+struct pollfd;
+void region_handler_wait_init(struct fmem_region *r);
+int region_handler_wait(struct fmem_region *r, struct pollfd *p, int timeout);
 /* region_prefetch.c */
 void *region_prefetch_main(void *arg);
 /* The handler's read-ahead window and the prefetcher's progress (lock
