@@ -114,8 +114,9 @@ typedef struct fmem_region_stats_t {
     uint16_t fetch_max;      /* the largest fetch size allowed, units */
     uint32_t ahead_window;   /* of ahead_unused, units claimed along with
                               * another victim's eviction window (wraps) */
-    uint64_t spin_wakes;     /* faults the handler picked up while it spun
-                              * after earlier work, without sleeping */
+    uint64_t spin_wakes;     /* times the handler found fault or removal
+                              * messages while it spun after earlier
+                              * work, without sleeping */
     uint64_t handler_sleeps; /* times the handler slept waiting for work */
 } fmem_region_stats_t;
 
