@@ -1,9 +1,15 @@
-/* test_region_spin.c - the fault handler's wait (region_handler_wait.c):
- * faults that follow each other closely are picked up while the handler
- * spins, without it sleeping in between; it stops spinning when faults
- * stop (an idle region burns no CPU); FMEM_REGION_HANDLER_SPIN_US=0 turns
- * spinning off. The data read is checked throughout. */
+/* test_region_spin.c - the cost of one fault: the handler's wait
+ * (region_handler_wait.c): faults that follow each other closely are
+ * picked up while the handler spins, without it sleeping in between; it
+ * stops spinning when faults stop (an idle region burns no CPU);
+ * FMEM_REGION_HANDLER_SPIN_US=0 turns spinning off. And the install of an
+ * isolated read fault's page before the rest of its unit
+ * (region_fault.c, install_hot_first), checked against a shadow copy by
+ * two threads through evictions, releases and flushes. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -80,4 +86,126 @@ Test(region_spin, zero_spin_time_never_spins)
     unsetenv("FMEM_REGION_HANDLER_SPIN_US");
     cr_assert_eq(b.spin_wakes, 0);
     cr_assert_eq(fmem_region_destroy(r), 0);
+}
+
+/* ---- integrity: pages mapped before the rest of their unit ---- */
+
+#define ISIZE ((size_t)8 << 20)
+#define NPAGES (ISIZE / PAGE)
+#define PPU (UNIT / PAGE)
+
+struct ictx {
+    fmem_region *r;
+    char *base;
+    uint64_t *shadow; /* per page: the stamp at its start, 0: zeros */
+    _Atomic int bad;
+    char why[160];
+};
+
+static void fail(struct ictx *c, const char *what, size_t p, uint64_t got, uint64_t want)
+{
+    if (atomic_exchange(&c->bad, 1) == 0)
+        snprintf(c->why, sizeof c->why, "%s: page %zu holds %llu, expected %llu", what, p,
+                 (unsigned long long)got, (unsigned long long)want);
+}
+
+static void check_page(struct ictx *c, size_t p, const char *what)
+{
+    const volatile uint64_t *w = (const volatile uint64_t *)(c->base + p * PAGE);
+    uint64_t want = c->shadow[p];
+    if (w[0] != want)
+        fail(c, what, p, w[0], want);
+    else if (w[PAGE / 8 - 1] != (want ? ~want : 0))
+        fail(c, what, p, w[PAGE / 8 - 1], want ? ~want : 0);
+}
+
+struct worker {
+    struct ictx *c;
+    unsigned id;
+};
+
+/* Thread `id` owns its half of the region: random single-page reads (the
+ * page goes in first), a read of a page then at once of the other pages
+ * of its unit (racing with the copy of the rest), writes right after a
+ * read (a write-protect fault on a unit just mapped), releases of a unit
+ * or of single pages, flushes. */
+static void *worker_main(void *arg)
+{
+    struct worker *wk = arg;
+    struct ictx *c = wk->c;
+    size_t lo = wk->id * (NPAGES / 2), n = NPAGES / 2;
+    uint64_t s = 4242 + wk->id, stamp = (uint64_t)(wk->id + 1) << 40;
+    for (int i = 0; i < 20000 && !atomic_load(&c->bad); i++) {
+        uint64_t op = rnd(&s) % 100;
+        size_t p = lo + rnd(&s) % n, u0 = p & ~(size_t)(PPU - 1);
+        if (op < 40) {
+            check_page(c, p, "page read");
+        } else if (op < 60) {
+            check_page(c, p, "first page read");
+            for (size_t q = 0; q < PPU; q++)
+                check_page(c, u0 + (p - u0 + q) % PPU, "unit read");
+        } else if (op < 85) {
+            check_page(c, p, "read before a write");
+            uint64_t v = ++stamp;
+            volatile uint64_t *w = (volatile uint64_t *)(c->base + p * PAGE);
+            w[0] = v;
+            w[PAGE / 8 - 1] = ~v;
+            c->shadow[p] = v;
+        } else if (op < 92) {
+            size_t first = op & 1 ? u0 : p, len = op & 1 ? PPU : 1;
+            int rc = fmem_region_release(c->r, first * PAGE, len * PAGE);
+            if (rc)
+                fail(c, "release", first, (uint64_t)rc, 0);
+            for (size_t q = 0; q < len; q++)
+                c->shadow[first + q] = 0;
+        } else if (op < 93) {
+            int rc = fmem_region_flush(c->r);
+            if (rc)
+                fail(c, "flush", 0, (uint64_t)rc, 0);
+        } else {
+            uint64_t v = ++stamp;
+            volatile uint64_t *w = (volatile uint64_t *)(c->base + p * PAGE);
+            w[0] = v;
+            w[PAGE / 8 - 1] = ~v;
+            c->shadow[p] = v;
+        }
+    }
+    return NULL;
+}
+
+Test(region_spin, pages_mapped_before_their_unit_keep_their_data)
+{
+    fmem_region *r = make(ISIZE, ISIZE / 8, UNIT);
+    struct ictx c = {.r = r, .base = fmem_region_base(r)};
+    c.shadow = calloc(NPAGES, sizeof *c.shadow);
+    cr_assert_not_null(c.shadow);
+    for (size_t p = 0; p < NPAGES; p++) {
+        uint64_t v = p + 1;
+        uint64_t *w = (uint64_t *)(c.base + p * PAGE);
+        w[0] = v;
+        w[PAGE / 8 - 1] = ~v;
+        c.shadow[p] = v;
+    }
+    cr_assert_eq(fmem_region_flush(r), 0);
+    fmem_region_stats_t a, b;
+    cr_assert_eq(fmem_region_stats(r, &a), 0);
+    pthread_t th[2];
+    struct worker wk[2];
+    for (unsigned i = 0; i < 2; i++) {
+        wk[i] = (struct worker){&c, i};
+        cr_assert_eq(pthread_create(&th[i], NULL, worker_main, &wk[i]), 0);
+    }
+    for (unsigned i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    cr_assert_eq(atomic_load(&c.bad), 0, "%s", c.why);
+    for (size_t p = 0; p < NPAGES && !c.bad; p++)
+        check_page(&c, p, "final read");
+    cr_assert_eq(atomic_load(&c.bad), 0, "%s", c.why);
+    cr_assert_eq(fmem_region_flush(r), 0);
+    cr_assert_eq(fmem_region_stats(r, &b), 0);
+    cr_assert_gt(b.evictions - a.evictions, 1000);
+    cr_assert_gt(b.hot_first - a.hot_first, 100, "%llu faults had their page mapped first",
+                 (unsigned long long)(b.hot_first - a.hot_first));
+    cr_assert_eq(fmem_region_destroy(r), 0);
+    free(c.shadow);
 }

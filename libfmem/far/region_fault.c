@@ -223,6 +223,28 @@ static const char *pool_bytes(struct fmem_region *r, uint32_t u)
     return (const char *)p + off;
 }
 
+/* An isolated read fault (serve_fault sets r->hot_addr) gets its own page
+ * mapped first, so that the program runs on while the rest of the unit is
+ * copied: it reads a few KiB and faults elsewhere (a random gather), and
+ * does not wait for the whole unit's copy. Returns the page's offset in
+ * the run, or SIZE_MAX when there is none or it could not be mapped (the
+ * run's copies then map it as usual). Only the handler's own installs. */
+static size_t install_hot_first(struct fmem_region *r, int pf, char *dst, size_t total,
+                                const char *const *src, int dirty)
+{
+    uintptr_t a = r->hot_addr;
+    r->hot_addr = 0;
+    if (pf || dirty || a < (uintptr_t)dst || a >= (uintptr_t)dst + total)
+        return SIZE_MAX;
+    size_t hot = (a - (uintptr_t)dst) & ~(size_t)(UFFD_PAGE - 1);
+    const char *from = src[hot >> r->unit_shift] + (hot & (r->unit - 1));
+    size_t got;
+    if (uffd_copy(r->uffd, dst + hot, from, UFFD_PAGE, 1, 0, &got) != 0 || got != UFFD_PAGE)
+        return SIZE_MAX;
+    stat_add(&r->st.hot_first, 1);
+    return hot;
+}
+
 /* Map the run of units [first, first+n) (ABSENT, slots taken): units with
  * pool data are copied straight from the pool's memory where the transport
  * allows it, else read into the staging buffer first; the others map the
@@ -259,8 +281,13 @@ void region_install_run(struct fmem_region *r, int pf, uint32_t first, uint32_t 
     *ctx = (struct install_ctx){.active = 1, .first = first, .n = n, .src = src, .buf = buf};
     char *dst = unit_addr(r, first);
     size_t done = 0, total = (size_t)n << r->unit_shift;
+    size_t hot = install_hot_first(r, pf, dst, total, src, dirty);
     int existed = 0;
     while (done < total) {
+        if (done == hot) { /* mapped first */
+            done += UFFD_PAGE;
+            continue;
+        }
         /* the longest stretch from `done` whose sources are contiguous */
         uint32_t i = (uint32_t)(done >> r->unit_shift);
         size_t in = done & (r->unit - 1), len = r->unit - in;
@@ -279,6 +306,8 @@ void region_install_run(struct fmem_region *r, int pf, uint32_t first, uint32_t 
                 i++;
             }
         }
+        if (hot > done && hot < done + len)
+            len = hot - done; /* up to the page mapped first */
         size_t got;
         int rc = uffd_copy(r->uffd, dst + done, from, len, !dirty, 0, &got);
         done += got;
@@ -591,6 +620,8 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         int group = !fresh && !write;
         if (group)
             first = fetch_group(r, u, &n, rem);
+        /* a read of one unit off any scan: its page first */
+        r->hot_addr = n == 1 && !write && remote && u != r->seq_next && r->pages_per_unit > 1 ? a : 0;
         pthread_mutex_unlock(&r->lock);
         region_install_run(r, 0, first, n, rem, write, 1);
         if (group && n > 1)

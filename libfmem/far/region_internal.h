@@ -121,6 +121,7 @@ struct region_counters {
         evictions, writebacks, bytes_fetched, bytes_written, remote_bytes, remote_peak, releases,
         alloc_failures, ahead_unused, ahead_window,
         spin_wakes,     /* the handler found a fault while spinning */
+        hot_first,      /* faults answered with their page before the unit */
         handler_sleeps; /* the handler slept in poll(2) */
 };
 
@@ -219,6 +220,8 @@ struct fmem_region {
     _Atomic int direct;      /* fmem_map works on this pool: copy in place */
     struct install_ctx inst;
     uint64_t spin_ns;           /* region_handler_wait.c; 0: never spin */
+    uintptr_t hot_addr;         /* page of the fault being served, to map
+                                 * first (region_install_run), or 0 */
     int spin_on;                /* work comes in quick succession */
     struct fault_list deferred; /* to retry (EAGAIN) or waiting for space */
     uint32_t seq_next;          /* unit a sequential scan faults on next */

@@ -118,6 +118,8 @@ typedef struct fmem_region_stats_t {
                               * messages while it spun after earlier
                               * work, without sleeping */
     uint64_t handler_sleeps; /* times the handler slept waiting for work */
+    uint64_t hot_first;      /* read faults off any scan answered with
+                              * their page before the rest of the unit */
 } fmem_region_stats_t;
 
 /* ---- paths and tuning ----------------------------------------------------
