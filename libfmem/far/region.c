@@ -410,6 +410,7 @@ static int region_stats(fmem_region *r, fmem_region_stats_t *out)
     out->spin_wakes = atomic_load(&c->spin_wakes);
     out->handler_sleeps = atomic_load(&c->handler_sleeps);
     out->hot_first = atomic_load(&c->hot_first);
+    out->spin_preempted = atomic_load(&c->spin_preempted);
     out->cache_bytes = (uint64_t)r->cap * r->unit;
     remote_fill_stats(r, out);
     pthread_mutex_lock(&r->lock);

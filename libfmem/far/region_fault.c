@@ -621,7 +621,8 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         if (group)
             first = fetch_group(r, u, &n, rem);
         /* a read of one unit off any scan: its page first */
-        r->hot_addr = n == 1 && !write && remote && u != r->seq_next && r->pages_per_unit > 1 ? a : 0;
+        r->hot_addr = r->hot_first && n == 1 && !write && remote && u != r->seq_next &&
+                              r->pages_per_unit > 1 ? a : 0;
         pthread_mutex_unlock(&r->lock);
         region_install_run(r, 0, first, n, rem, write, 1);
         if (group && n > 1)

@@ -122,6 +122,7 @@ struct region_counters {
         alloc_failures, ahead_unused, ahead_window,
         spin_wakes,     /* the handler found a fault while spinning */
         hot_first,      /* faults answered with their page before the unit */
+        spin_preempted, /* spins cut short: the handler lost its CPU */
         handler_sleeps; /* the handler slept in poll(2) */
 };
 
@@ -222,7 +223,9 @@ struct fmem_region {
     uint64_t spin_ns;           /* region_handler_wait.c; 0: never spin */
     uintptr_t hot_addr;         /* page of the fault being served, to map
                                  * first (region_install_run), or 0 */
+    int hot_first;              /* do so (FMEM_REGION_HOT_FIRST=0: never) */
     int spin_on;                /* work comes in quick succession */
+    unsigned spin_backoff;      /* waits left without a spin (busy CPUs) */
     struct fault_list deferred; /* to retry (EAGAIN) or waiting for space */
     uint32_t seq_next;          /* unit a sequential scan faults on next */
     unsigned seq_run;

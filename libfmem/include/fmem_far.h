@@ -118,6 +118,9 @@ typedef struct fmem_region_stats_t {
                               * messages while it spun after earlier
                               * work, without sleeping */
     uint64_t handler_sleeps; /* times the handler slept waiting for work */
+    uint64_t spin_preempted; /* spins cut short because the handler lost
+                              * its CPU (a busy machine): it then sleeps
+                              * without spinning for a while */
     uint64_t hot_first;      /* read faults off any scan answered with
                               * their page before the rest of the unit */
 } fmem_region_stats_t;
