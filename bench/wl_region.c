@@ -152,7 +152,9 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
         local[p] = rb_scan(local_mem, o->size / BLOCK, ord, o->seconds);
         lc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - lc;
         fmem_region_stats_t a, b;
+        fmem_region_fault_stats_t fa, fb;
         fmem_region_stats(r, &a);
+        fmem_region_fault_stats(r, &fa, sizeof fa);
         /* CPU time of the whole process (scan, fault handler, writer): what
          * the paging costs regardless of how busy the machine is */
         double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID), t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
@@ -162,6 +164,7 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
          * region threads' (handler, prefetcher, writer, I/O workers) */
         double app = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0, other = cpu - app;
         fmem_region_stats(r, &b);
+        fmem_region_fault_stats(r, &fb, sizeof fb);
         uint64_t faults = b.faults - a.faults;
         uint64_t moved = b.fetches - a.fetches + b.prefetches - a.prefetches;
         double us_unit_app = moved ? app * 1e6 / (double)moved : 0;
@@ -172,7 +175,7 @@ static int run_cache(fmem_pool *pool, const struct rb_opts *o, int pct, const ui
          * share of faults the handler picked up while spinning (without
          * a wake-up of its own, region_handler_wait.c) */
         double wall_us_fault = faults ? o->seconds * (1 - g / local[p]) * 1e6 / (double)faults : 0;
-        uint64_t spun = b.spin_wakes - a.spin_wakes;
+        uint64_t spun = fb.spin_wakes - fa.spin_wakes;
         double spin_pct = faults ? 100.0 * (double)spun / (double)faults : 0;
         const char *name = p ? "rand" : "seq";
         double ratio = g / local[p];

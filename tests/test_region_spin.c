@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "region_fixture.h"
@@ -31,7 +32,8 @@ static double cpu_s(void)
 /* A region 8 times its cache, filled and written back; then `reads`
  * random 4 KiB reads, checked. Returns the region (stats before the
  * reads in *a, after in *b). */
-static fmem_region *random_reads(int reads, fmem_region_stats_t *a, fmem_region_stats_t *b)
+static fmem_region *random_reads(int reads, fmem_region_stats_t *a, fmem_region_stats_t *b,
+                                 fmem_region_fault_stats_t *fa, fmem_region_fault_stats_t *fb)
 {
     size_t size = 32u << 20, cache = 4u << 20;
     fmem_region *r = make(size, cache, UNIT);
@@ -41,11 +43,13 @@ static fmem_region *random_reads(int reads, fmem_region_stats_t *a, fmem_region_
     cr_assert_eq(fmem_region_flush(r), 0);
     uint64_t s = 0x9e3779b97f4a7c15ull;
     cr_assert_eq(fmem_region_stats(r, a), 0);
+    cr_assert_eq(fmem_region_fault_stats(r, fa, sizeof *fa), 0);
     for (int i = 0; i < reads; i++) {
         size_t p = rnd(&s) % (size / PAGE);
         cr_assert_eq(*(volatile uint64_t *)(base + p * PAGE), p * 7 + 1, "page %zu", p);
     }
     cr_assert_eq(fmem_region_stats(r, b), 0);
+    cr_assert_eq(fmem_region_fault_stats(r, fb, sizeof *fb), 0);
     return r;
 }
 
@@ -55,11 +59,12 @@ Test(region_spin, close_faults_are_served_without_the_handler_sleeping)
 {
     setenv("FMEM_REGION_HANDLER_SPIN_US", "2000", 1);
     fmem_region_stats_t a, b;
-    fmem_region *r = random_reads(4000, &a, &b);
+    fmem_region_fault_stats_t fa, fb;
+    fmem_region *r = random_reads(4000, &a, &b, &fa, &fb);
     unsetenv("FMEM_REGION_HANDLER_SPIN_US");
     uint64_t faults = b.missing_faults - a.missing_faults;
-    uint64_t spun = b.spin_wakes - a.spin_wakes, slept = b.handler_sleeps - a.handler_sleeps;
-    uint64_t cut = b.spin_preempted - a.spin_preempted;
+    uint64_t spun = fb.spin_wakes - fa.spin_wakes, slept = fb.handler_sleeps - fa.handler_sleeps;
+    uint64_t cut = fb.spin_preempted - fa.spin_preempted;
     cr_assert_gt(faults, 1000, "only %llu faults", (unsigned long long)faults);
     cr_assert_gt(spun, 0, "no fault picked up while spinning");
     /* without spinning, every fault the handler waits for is a sleep; on
@@ -92,9 +97,10 @@ Test(region_spin, zero_spin_time_never_spins)
 {
     setenv("FMEM_REGION_HANDLER_SPIN_US", "0", 1);
     fmem_region_stats_t a, b;
-    fmem_region *r = random_reads(2000, &a, &b);
+    fmem_region_fault_stats_t fa, fb;
+    fmem_region *r = random_reads(2000, &a, &b, &fa, &fb);
     unsetenv("FMEM_REGION_HANDLER_SPIN_US");
-    cr_assert_eq(b.spin_wakes, 0);
+    cr_assert_eq(fb.spin_wakes, 0);
     cr_assert_eq(fmem_region_destroy(r), 0);
 }
 
@@ -198,7 +204,9 @@ Test(region_spin, pages_mapped_before_their_unit_keep_their_data)
     }
     cr_assert_eq(fmem_region_flush(r), 0);
     fmem_region_stats_t a, b;
+    fmem_region_fault_stats_t fa, fb;
     cr_assert_eq(fmem_region_stats(r, &a), 0);
+    cr_assert_eq(fmem_region_fault_stats(r, &fa, sizeof fa), 0);
     pthread_t th[2];
     struct worker wk[2];
     for (unsigned i = 0; i < 2; i++) {
@@ -213,9 +221,32 @@ Test(region_spin, pages_mapped_before_their_unit_keep_their_data)
     cr_assert_eq(atomic_load(&c.bad), 0, "%s", c.why);
     cr_assert_eq(fmem_region_flush(r), 0);
     cr_assert_eq(fmem_region_stats(r, &b), 0);
+    cr_assert_eq(fmem_region_fault_stats(r, &fb, sizeof fb), 0);
     cr_assert_gt(b.evictions - a.evictions, 1000);
-    cr_assert_gt(b.hot_first - a.hot_first, 100, "%llu faults had their page mapped first",
-                 (unsigned long long)(b.hot_first - a.hot_first));
+    cr_assert_gt(fb.hot_first - fa.hot_first, 100, "%llu faults had their page mapped first",
+                 (unsigned long long)(fb.hot_first - fa.hot_first));
     cr_assert_eq(fmem_region_destroy(r), 0);
     free(c.shadow);
+}
+
+/* The size-extensible getter: bad arguments refused, a smaller (older)
+ * size filled only that far, a larger (newer) one zero beyond what the
+ * library knows. */
+Test(region_spin, fault_stats_size_and_bad_arguments)
+{
+    fmem_region *r = make(1u << 20, 1u << 20, UNIT);
+    fmem_region_fault_stats_t f;
+    cr_assert_eq(fmem_region_fault_stats(NULL, &f, sizeof f), FMEM_EINVAL);
+    cr_assert_eq(fmem_region_fault_stats(r, NULL, sizeof f), FMEM_EINVAL);
+    cr_assert_eq(fmem_region_fault_stats(r, &f, 0), FMEM_EINVAL);
+    unsigned char big[sizeof f + 64];
+    memset(big, 0xa5, sizeof big);
+    cr_assert_eq(fmem_region_fault_stats(r, (fmem_region_fault_stats_t *)(void *)big, sizeof big), 0);
+    for (size_t i = sizeof f; i < sizeof big; i++)
+        cr_assert_eq(big[i], 0, "byte %zu past the known fields", i);
+    memset(big, 0xa5, sizeof big);
+    cr_assert_eq(fmem_region_fault_stats(r, (fmem_region_fault_stats_t *)(void *)big, 8), 0);
+    for (size_t i = 8; i < sizeof big; i++)
+        cr_assert_eq(big[i], 0xa5, "byte %zu written past the size given", i);
+    cr_assert_eq(fmem_region_destroy(r), 0);
 }

@@ -407,10 +407,6 @@ static int region_stats(fmem_region *r, fmem_region_stats_t *out)
     out->alloc_failures = atomic_load(&c->alloc_failures);
     out->ahead_unused = atomic_load(&c->ahead_unused);
     out->ahead_window = atomic_load(&c->ahead_window);
-    out->spin_wakes = atomic_load(&c->spin_wakes);
-    out->handler_sleeps = atomic_load(&c->handler_sleeps);
-    out->hot_first = atomic_load(&c->hot_first);
-    out->spin_preempted = atomic_load(&c->spin_preempted);
     out->cache_bytes = (uint64_t)r->cap * r->unit;
     remote_fill_stats(r, out);
     pthread_mutex_lock(&r->lock);
@@ -458,4 +454,25 @@ int fmem_region_stats(fmem_region *r, fmem_region_stats_t *out)
     int rc = region_stats(r, out);
     fork_gate_leave();
     return rc;
+}
+
+int fmem_region_fault_stats(fmem_region *r, fmem_region_fault_stats_t *out, size_t size)
+{
+    if (!r || !out || !size)
+        return FMEM_EINVAL;
+    const struct region_counters *c = &r->st;
+    fmem_region_fault_stats_t all = {
+        .spin_wakes = atomic_load(&c->spin_wakes),
+        .handler_sleeps = atomic_load(&c->handler_sleeps),
+        .spin_preempted = atomic_load(&c->spin_preempted),
+        .hot_first = atomic_load(&c->hot_first),
+    };
+    /* a caller built against an older header passes a smaller size; a
+     * newer one a larger: the fields this library does not know are 0 */
+    if (size > sizeof all) {
+        memset((char *)out + sizeof all, 0, size - sizeof all);
+        size = sizeof all;
+    }
+    memcpy(out, &all, size);
+    return 0;
 }

@@ -114,15 +114,6 @@ typedef struct fmem_region_stats_t {
     uint16_t fetch_max;      /* the largest fetch size allowed, units */
     uint32_t ahead_window;   /* of ahead_unused, units claimed along with
                               * another victim's eviction window (wraps) */
-    uint64_t spin_wakes;     /* times the handler found fault or removal
-                              * messages while it spun after earlier
-                              * work, without sleeping */
-    uint64_t handler_sleeps; /* times the handler slept waiting for work */
-    uint64_t spin_preempted; /* spins cut short because the handler lost
-                              * its CPU (a busy machine): it then sleeps
-                              * without spinning for a while */
-    uint64_t hot_first;      /* read faults off any scan answered with
-                              * their page before the rest of the unit */
 } fmem_region_stats_t;
 
 /* ---- paths and tuning ----------------------------------------------------
@@ -210,6 +201,24 @@ FMEM_API int fmem_region_flush(fmem_region *r);
  * returns only once the pool space is freed. */
 FMEM_API int fmem_region_release(fmem_region *r, size_t offset, size_t len);
 FMEM_API int fmem_region_stats(fmem_region *r, fmem_region_stats_t *out);
+
+/* How the fault handler waits and installs (docs/far-memory.md, "The cost
+ * of one fault"). Fields are only ever appended: fmem_region_fault_stats
+ * fills the first `size` bytes (pass sizeof *out), so a program built
+ * against an older header keeps working. */
+typedef struct fmem_region_fault_stats_t {
+    uint64_t spin_wakes;     /* times the handler found fault or removal
+                              * messages while it spun after earlier
+                              * work, without sleeping */
+    uint64_t handler_sleeps; /* times the handler slept waiting for work */
+    uint64_t spin_preempted; /* spins cut short because the handler lost
+                              * its CPU (a busy machine): it then sleeps
+                              * without spinning for a while */
+    uint64_t hot_first;      /* read faults off any scan answered with
+                              * their page before the rest of the unit */
+} fmem_region_fault_stats_t;
+/* FMEM_EINVAL: r or out NULL, or size 0 */
+FMEM_API int fmem_region_fault_stats(fmem_region *r, fmem_region_fault_stats_t *out, size_t size);
 
 /* ---- heaps (object allocator) ------------------------------------------ */
 
