@@ -67,10 +67,10 @@ static int open_uffd(void)
     return fd;
 }
 
-static void wake(uint64_t start, uint64_t len)
+static void wake(int fd, uint64_t start, uint64_t len)
 {
     struct uffdio_range r = {.start = start, .len = len};
-    ioctl(uffd, UFFDIO_WAKE, &r);
+    ioctl(fd, UFFDIO_WAKE, &r);
 }
 
 static void *fault_thread(void *arg)
@@ -94,9 +94,9 @@ static void *fault_thread(void *arg)
         fp_snap_fault((char *)(uintptr_t)page, &start, &len);
         pthread_mutex_unlock(&wp_mu);
         if (len)
-            wake((uint64_t)(uintptr_t)start, len);
+            wake(fd, (uint64_t)(uintptr_t)start, len);
         else
-            wake(page, 4096);
+            wake(fd, page, 4096);
     }
 }
 
