@@ -10,6 +10,8 @@
 #      thread's CPU time in the first fork), plain, preloaded
 #      with the default private pool and preloaded with a named shm: pool
 #      (whose first fork remaps the blocks copy-on-write)
+#      and a fork+exec loop (python3 holding 2000 values of 200 KB runs
+#      /bin/true 40 times through os.fork + os.execv: ms per spawn)
 #   4. redis-server, if installed: BGSAVE fork pause (latest_fork_usec)
 #      with 400 MB of 200 KB values (plain, private pool, named pool) and
 #      the main thread's CPU time over the BGSAVE command, and
@@ -156,6 +158,30 @@ row3 "os.fork 400MiB, first" "$(c1 1 "$tmp/fp")" "$(c1 1 "$tmp/fq")" "$(c1 1 "$t
 row3 "os.fork 400MiB, median" "$(c1 2 "$tmp/fp")" "$(c1 2 "$tmp/fq")" "$(c1 2 "$tmp/fn")" "%9.2f"
 # the parent's CPU time in the first fork: what the load disturbs least
 row3 "first fork, CPU ms" "$(c1 3 "$tmp/fp")" "$(c1 3 "$tmp/fq")" "$(c1 3 "$tmp/fn")" "%9.2f"
+
+# fork+exec: python3 holding 2000 values of 200 KB (400 MB, the redis case
+# below) runs /bin/true 40 times with os.fork + os.execv, writing one
+# value between spawns: wall ms per spawn (median of the runs)
+cat >"$tmp/spawn.py" <<'PY'
+import os, time
+vals = [bytearray(b"\1" * 204800) for _ in range(2000)]
+t = time.perf_counter()
+for i in range(40):
+    pid = os.fork()
+    if pid == 0:
+        os.execv("/bin/true", ["true"])
+    os.waitpid(pid, 0)
+    vals[i][0] = 2
+print((time.perf_counter() - t) * 1000 / 40)
+PY
+: >"$tmp/sp"; : >"$tmp/sq"; : >"$tmp/sn"
+for ((i = 0; i < runs; i++)); do
+    "$PY" "$tmp/spawn.py" >>"$tmp/sp"
+    LD_PRELOAD=$lib "$PY" "$tmp/spawn.py" >>"$tmp/sq"
+    LD_PRELOAD=$lib FMEM_PRELOAD_URI="$named_uri" "$PY" "$tmp/spawn.py" >>"$tmp/sn"
+    rm -f "/dev/shm/fmem-preload-bench-$$" "/dev/shm/fmem-preload-bench-$$".*
+done
+row3 "fork+exec, 2000x200KB" "$(median <"$tmp/sp")" "$(median <"$tmp/sq")" "$(median <"$tmp/sn")" "%9.2f"
 
 if ! have redis-server || ! have redis-cli; then
     echo

@@ -395,6 +395,7 @@ static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned
     struct fp_obj *o = &a->objs[b[0].addr >> CHUNK_SHIFT];
     o->n = (uint16_t)k;
     o->grave = 0;
+    o->lazy = 0;
     o->pages = 0;
     o->since = 0;
     o->next = 0;
@@ -687,7 +688,10 @@ void fp_blocks_orphan_current(void)
         if (e & FP_E_PRIVATE)
             continue;
         struct fp_obj *o = &a->objs[i];
-        if (o->since && !(e & FP_E_COPY)) {
+        /* write-protected in the parent (lazy.c): still the shared mapping
+         * here, which the parent no longer writes; made this process's
+         * copy-on-write view before anything here writes it */
+        if (o->since && !(e & FP_E_COPY) && (!o->lazy || fp_snap_unshare(a, o) == 0)) {
             atomic_store(&a->table[i], e | FP_E_PRIVATE);
             continue;
         }
@@ -699,6 +703,7 @@ void fp_blocks_orphan_current(void)
             fp_say("fork child: cannot copy a %zu-byte block", len);
             abort();
         }
+        o->lazy = 0;
         atomic_store(&a->table[i], e | FP_E_PRIVATE);
         atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
     }

@@ -38,14 +38,19 @@ static int current_shared(void)
 
 static void prepare(void)
 {
+    struct fp_arena *a = atomic_load(&fp_current);
+    /* the fault thread is started outside the block lock (it may allocate) */
+    int lazy = a && a->shared && atomic_load(&a->live) && fp_lazy_start();
     fp_lock_all();
-    if (current_shared() && fp_snap_prepare() && pipe2(done_pipe, O_CLOEXEC))
+    fp_lazy_lock(); /* no remap by the fault thread until after the fork */
+    if (current_shared() && fp_snap_prepare(lazy) && pipe2(done_pipe, O_CLOEXEC))
         done_pipe[0] = done_pipe[1] = -1;
 }
 
 static void parent(void)
 {
     fp_snap_parent();
+    fp_lazy_unlock();
     if (done_pipe[0] >= 0) {
         close(done_pipe[1]);
         char c;
@@ -61,6 +66,7 @@ static void parent(void)
 
 static void child(void)
 {
+    fp_lazy_child();
     fp_blocks_orphan_current();
     if (done_pipe[0] >= 0) {
         close(done_pipe[0]);

@@ -9,6 +9,8 @@
  *                block is a few pool blocks side by side), their table
  *   cache.c      freed blocks kept for reuse, by size
  *   fork.c       fork() handlers
+ *   lazy.c       named pool: blocks write-protected at fork (userfaultfd),
+ *                remapped by a thread of ours at the first write after it
  *   snap.c       named pool: blocks remapped copy-on-write at fork, the
  *                fork-generation locks, blocks whose free waits for the
  *                fork children that read them
@@ -54,6 +56,8 @@ struct fp_config {
     const char *stats_path; /* ... append them to this file */
     size_t threshold; /* requests of at least this many bytes are large */
     const char *uri;  /* pool URI (NULL: fmem_open's default) */
+    int lazy_fork;    /* named pool: write-protect at fork (lazy.c); 0 with
+                       * FMEM_PRELOAD_LAZY_FORK=0 */
 };
 extern struct fp_config fp_cfg;
 /* Read the environment once; later calls return at once. 0 when the
@@ -101,8 +105,11 @@ struct fp_piece {
 };
 struct fp_obj {
     uint16_t n;          /* pieces, in address order */
-    uint16_t grave;      /* named pool: some piece's shared mapping was moved
+    uint8_t grave;       /* named pool: some piece's shared mapping was moved
                           * to the graveyard at fork (snap.c) */
+    uint8_t lazy;        /* named pool: still mapped shared, write-protected
+                          * since a fork; remapped at the first write
+                          * (lazy.c); changed under fp_lazy_lock() */
     uint32_t pages;      /* the object's length in 4 KiB pages */
     uint32_t since;      /* named pool: mapped MAP_PRIVATE since this fork
                           * generation (snap.c); 0: mapped MAP_SHARED;
@@ -187,11 +194,18 @@ void *fp_map_anon(void *at, size_t len, int prot);
 
 /* Parent, in the prepare handler (all locks held): take the lock of a new
  * fork generation and remap the current named arena's shared objects
- * MAP_PRIVATE. Returns 1 if some object could not be remapped (the child
+ * MAP_PRIVATE (lazy: write-protect the small ones instead, lazy.c). Returns 1 if some object could not be remapped (the child
  * must copy it while the parent waits), else 0. */
-int fp_snap_prepare(void);
+int fp_snap_prepare(int lazy);
+/* Remap a write-protected object MAP_PRIVATE (or copy it into private
+ * memory) at its place, keeping `since`: 0, or -1 if it is still shared. */
+int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o);
 /* Parent after fork (or a failed fork): close its copy of the lock. */
 void fp_snap_parent(void);
+/* The fault thread (lazy.c, fp_lazy_lock() held): a write stopped at
+ * address p. Remap the write-protected object holding p MAP_PRIVATE; its
+ * range in *start, *len (0 if p is in none). */
+void fp_snap_fault(char *p, char **start, size_t *len);
 /* A freed object mapped private since a fork: 1 if it was deferred (its
  * entry marked), 0 if no reader is left (the caller gives it back). */
 int fp_snap_defer(struct fp_arena *a, struct fp_obj *o);
@@ -201,6 +215,18 @@ void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o);
 /* Give back deferred objects no fork reader can see any more; `force`
  * ignores the throttle. Block lock held (shared or exclusive). */
 void fp_snap_reap(int force);
+
+/* ---- lazy.c ------------------------------------------------------------- */
+
+/* Prepare handler, before the block lock: start the fault thread once per
+ * process. 1 when blocks can be write-protected, else 0. */
+int fp_lazy_start(void);
+/* Write-protect [p, p + len), a shared mapping of the pool: 0 or -1. */
+int fp_lazy_protect(char *p, size_t len);
+void fp_lazy_lock(void);
+void fp_lazy_unlock(void);
+/* Child of fork: no fault thread here, no registration; unlock. */
+void fp_lazy_child(void);
 
 /* ---- cache.c ------------------------------------------------------------ */
 
@@ -229,6 +255,8 @@ struct fp_stats {
     _Atomic uint64_t peak_bytes;
     _Atomic uint64_t copied_at_fork; /* bytes copied in fork children */
     _Atomic uint64_t remapped_at_fork; /* bytes remapped copy-on-write at fork (snap.c) */
+    _Atomic uint64_t protected_at_fork; /* bytes write-protected at fork (lazy.c) */
+    _Atomic uint64_t remapped_on_write; /* of those, remapped at a write after the fork */
     _Atomic uint64_t reused;    /* large blocks served from the cache */
     _Atomic uint64_t no_room;   /* large requests the pool had no room for
                                  * (counted in fallbacks too) */

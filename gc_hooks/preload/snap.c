@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -98,6 +99,14 @@ static int remap_private(struct fp_arena *a, struct fp_obj *o)
 
 void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o)
 {
+    if (o->lazy) {
+        /* write-protected still: not while the fault thread remaps it */
+        fp_lazy_lock();
+        o->lazy = 0;
+        fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o));
+        fp_lazy_unlock();
+        return;
+    }
     fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o));
     if (o->grave) {
         fp_unmap_range(fp_obj_ptr(a, o) + a->grave_off, fp_obj_len(o));
@@ -189,10 +198,21 @@ static void zap_shared(struct fp_arena *a, size_t nchunks)
     zap_flush(&r);
 }
 
-/* Record i at a fork: remap its object (or, without a lock, copy it into
- * private memory) if it is live and still shared. 1 if the object stays
- * (partly) shared and the child must copy it, else 0. */
-static int snap_one(struct fp_arena *a, size_t i, int fd, uint32_t gen)
+static int all_small(const struct fp_obj *o)
+{
+    for (unsigned k = 0; k < o->n; k++)
+        if (((size_t)1 << (FP_CHUNK_SHIFT + o->b[k].log2)) >= MOVE_MIN)
+            return 0;
+    return 1;
+}
+
+/* Record i at a fork: write-protect its object (lazy: small objects, when
+ * userfaultfd serves), remap it (or, without a lock, copy it into private
+ * memory) if it is live and still shared. 1 if the object stays (partly)
+ * shared and the child must copy it, else 0. Objects with a piece of 2 MiB
+ * or more are remapped at once: moving their page tables aside costs less
+ * than write-protecting their entries one by one. */
+static int snap_one(struct fp_arena *a, size_t i, int fd, uint32_t gen, int lazy)
 {
     uint64_t e = atomic_load_explicit(&a->table[i], memory_order_relaxed);
     struct fp_obj *o = &a->objs[i];
@@ -208,6 +228,12 @@ static int snap_one(struct fp_arena *a, size_t i, int fd, uint32_t gen)
         atomic_store(&a->table[i], e | FP_E_COPY); /* the child copies */
         return 1;
     }
+    if (lazy && all_small(o) && fp_lazy_protect(fp_obj_ptr(a, o), fp_obj_len(o)) == 0) {
+        o->lazy = 1;
+        o->since = gen;
+        atomic_fetch_add_explicit(&fp_stats.protected_at_fork, fp_obj_len(o), memory_order_relaxed);
+        return 0;
+    }
     int rc = 0;
     if (remap_private(a, o)) {
         /* partly private: pinned like the others, and copied by the child */
@@ -219,7 +245,7 @@ static int snap_one(struct fp_arena *a, size_t i, int fd, uint32_t gen)
     return rc;
 }
 
-int fp_snap_prepare(void)
+int fp_snap_prepare(int lazy)
 {
     struct fp_arena *a = atomic_load(&fp_current);
     if (!a || !a->shared || !a->pool)
@@ -244,7 +270,7 @@ int fp_snap_prepare(void)
      * pages, a 1 GiB pool's 2 MiB, in every process's first fork) */
     int copy = 0;
     size_t nchunks = atomic_load(&a->cap) >> FP_CHUNK_SHIFT;
-    if (fd >= 0)
+    if (fd >= 0 && !lazy) /* lazy: the small objects are write-protected */
         zap_shared(a, nchunks);
     for (size_t w = 0; w < a->fresh_words; w++) {
         uint64_t bits = atomic_load_explicit(&a->fresh[w], memory_order_relaxed), keep = 0;
@@ -253,7 +279,7 @@ int fp_snap_prepare(void)
         for (uint64_t left = bits; left; left &= left - 1) {
             size_t first = (w * 64 + (size_t)__builtin_ctzll(left)) * 64;
             for (size_t i = first; i < first + 64 && i < nchunks; i++)
-                if (snap_one(a, i, fd, gen)) {
+                if (snap_one(a, i, fd, gen, lazy)) {
                     copy = 1;
                     keep |= left & -left; /* shared still: look again next time */
                 }
@@ -273,6 +299,65 @@ void fp_snap_parent(void)
     if (a && a->shared && a->gen_fd >= 0) {
         close(a->gen_fd); /* the child's copy holds the lock */
         a->gen_fd = -1;
+    }
+}
+
+/* o's bytes into private anonymous memory at its place, its `since`
+ * kept (children may read its pool pages): 0 or -1. */
+static int copy_in_place(struct fp_arena *a, struct fp_obj *o)
+{
+    char *p = fp_obj_ptr(a, o);
+    size_t len = fp_obj_len(o);
+    void *copy = fp_map_anon(NULL, len, PROT_READ | PROT_WRITE);
+    if (copy == MAP_FAILED)
+        return -1;
+    memcpy(copy, p, len);
+    if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) {
+        munmap(copy, len);
+        return -1;
+    }
+    return 0;
+}
+
+int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o)
+{
+    if (remap_private(a, o) && copy_in_place(a, o))
+        return -1;
+    o->lazy = 0;
+    return 0;
+}
+
+/* The object whose range holds p: its record is at most a slot's length
+ * (twice its first block, under 2 MiB for a write-protected one) before
+ * p's, and no other object starts in between. */
+#define FAULT_SCAN_MAX ((MOVE_MIN >> FP_CHUNK_SHIFT) + 1)
+
+void fp_snap_fault(char *p, char **start, size_t *len)
+{
+    *len = 0;
+    struct fp_arena *a = atomic_load(&fp_current);
+    if (!a || !a->shared || p < a->mirror)
+        return;
+    size_t off = (size_t)(p - a->mirror);
+    if (off / 2 >= atomic_load(&a->cap))
+        return;
+    size_t j = off >> (FP_CHUNK_SHIFT + 1);
+    for (size_t k = j + 1, n = 0; k-- > 0 && n < FAULT_SCAN_MAX; n++) {
+        if (!atomic_load_explicit(&a->table[k], memory_order_acquire))
+            continue;
+        struct fp_obj *o = &a->objs[k];
+        char *q = fp_obj_ptr(a, o);
+        if (!o->lazy || p >= q + fp_obj_len(o))
+            return;
+        if (fp_snap_unshare(a, o)) {
+            /* the write would reach the pool pages the children read */
+            fp_say("fork: cannot remap a %zu-byte block before writing it", fp_obj_len(o));
+            abort();
+        }
+        atomic_fetch_add_explicit(&fp_stats.remapped_on_write, fp_obj_len(o), memory_order_relaxed);
+        *start = q;
+        *len = fp_obj_len(o);
+        return;
     }
 }
 

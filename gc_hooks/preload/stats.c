@@ -43,13 +43,15 @@ __attribute__((destructor)) static void report(void)
         return;
     fp_say_fd(fd, "pid=%ld threshold=%zu large_allocs=%llu large_frees=%llu fallbacks=%llu "
            "live_bytes=%llu peak_bytes=%llu copied_at_fork=%llu remapped_at_fork=%llu reused=%llu "
-           "no_room=%llu grown=%llu",
+           "no_room=%llu grown=%llu protected_at_fork=%llu remapped_on_write=%llu",
            (long)getpid(), fp_cfg.threshold, (unsigned long long)fp_stats.allocs,
            (unsigned long long)fp_stats.frees, (unsigned long long)fp_stats.fallbacks,
            (unsigned long long)fp_stats.live_bytes, (unsigned long long)fp_stats.peak_bytes,
            (unsigned long long)fp_stats.copied_at_fork,
            (unsigned long long)fp_stats.remapped_at_fork, (unsigned long long)fp_stats.reused,
-           (unsigned long long)fp_stats.no_room, (unsigned long long)fp_stats.grown);
+           (unsigned long long)fp_stats.no_room, (unsigned long long)fp_stats.grown,
+           (unsigned long long)fp_stats.protected_at_fork,
+           (unsigned long long)fp_stats.remapped_on_write);
     if (fp_cfg.stats_path)
         close(fd);
 }

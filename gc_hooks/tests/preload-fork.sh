@@ -176,7 +176,9 @@ else
 fi
 
 # forks while three threads rewrite the block each fork remaps: a large
-# one (its page tables moved aside) and a small one (its entries dropped)
+# one (its page tables moved aside) and a small one (write-protected at
+# the fork and remapped at the first write; with FMEM_PRELOAD_LAZY_FORK=0
+# its entries dropped and remapped at the fork)
 for size in 33554432 1572864; do
     uri="$pool?size=256M"
     fresh
@@ -207,6 +209,47 @@ for g in "600 204800 count" "2000 20480"; do
     fi
 done
 unset FMEM_PRELOAD_THRESHOLD
+
+# lazy fork: 24 forks (three nested) of a parent with 200 blocks of
+# 200 KB, a thread allocating, writing and freeing all along; the parent
+# rewrites every block after each fork (through read() too, frees one,
+# moves one with realloc); the forking thread remaps nothing during the
+# fork (the blocks are write-protected, remapped at their first write);
+# then the same with write protection turned off (FMEM_PRELOAD_LAZY_FORK=0:
+# every block remapped at fork) and, where this runs as root and
+# unprivileged users may not use userfaultfd, as user nobody (refused by
+# the kernel). Nothing is left in the pool after any of them.
+modes="lazy eager"
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
+    [ "$(cat /proc/sys/vm/unprivileged_userfaultfd 2>/dev/null)" = 0 ]; then
+    modes="$modes refused"
+fi
+for mode in $modes; do
+    uri="$pool?size=256M"
+    fresh
+    if [ $mode = lazy ]; then
+        FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" lazy 200 24 count >"$tmp/out" 2>&1
+    elif [ $mode = eager ]; then
+        FMEM_PRELOAD_LAZY_FORK=0 FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" lazy 200 24 >"$tmp/out" 2>&1
+    else
+        chmod 755 "$tmp"
+        : >"$tmp/stats"
+        chmod 666 "$tmp/stats"
+        FMEM_PRELOAD_THRESHOLD=16384 pre setpriv --reuid=65534 --regid=65534 --clear-groups \
+            "$tests/preload_forkpool" lazy 200 24 >"$tmp/out" 2>&1
+    fi
+    rc=$?
+    left=$(allocated)
+    prot=$(sum protected_at_fork "$tmp/stats")
+    onwrite=$(sum remapped_on_write "$tmp/stats")
+    if [ $mode = lazy ]; then want=$([ "$prot" -gt 0 ] && [ "$onwrite" -gt 0 ] && echo y); else
+        want=$([ "$prot" -eq 0 ] && [ "$(sum remapped_at_fork "$tmp/stats")" -gt 0 ] && echo y); fi
+    if [ $rc -eq 0 ] && [ "${left:-1}" -eq 0 ] && [ "$want" = y ]; then
+        ok "$mode: $(tail -n 1 "$tmp/out"), protected_at_fork=$prot remapped_on_write=$onwrite, nothing left allocated"
+    else
+        bad "$mode fork: rc=$rc allocated after exit=$left protected=$prot on_write=$onwrite"; tail -n 5 "$tmp/out"
+    fi
+done
 
 # the first fork after a 128 MiB block was allocated: the parent's CPU
 # time is under half a plain fork's (no page-by-page teardown)

@@ -59,6 +59,15 @@
  *                    to those (their private pages are not dropped); a
  *                    thread allocates, writes and frees blocks of SIZE all
  *                    along, and every one of them holds its bytes
+ *   lazy N FORKS [count]  N blocks of 200 KB, FORKS forks while a thread
+ *                    allocates, writes and frees blocks; after each fork
+ *                    the parent rewrites every block - one through read()
+ *                    (a kernel write), one freed and allocated anew, one
+ *                    moved by realloc - and the child (and, every eighth
+ *                    fork, a grandchild) sees them as of the fork; with
+ *                    "count" the forking thread makes at most 2 remapping
+ *                    calls per fork (the work at fork does not grow with
+ *                    the number of blocks)
  *   huge SIZE        a SIZE-byte block is mapped on 2 MiB pages (its pool
  *                    file's tmpfs is mounted huge=within_size); after a
  *                    fork both sides see their snapshots
@@ -114,11 +123,14 @@ static int in_pool(const void *p)
  * -rdynamic): private mappings of a file at a fixed address - the remap
  * at fork - are counted. */
 static _Atomic long private_maps;
+static _Thread_local long my_private_maps; /* those made by this thread */
 __attribute__((visibility("default"))) void *mmap(void *addr, size_t len, int prot, int flags,
                                                int fd, off_t off)
 {
-    if (fd >= 0 && (flags & MAP_PRIVATE) && (flags & MAP_FIXED))
+    if (fd >= 0 && (flags & MAP_PRIVATE) && (flags & MAP_FIXED)) {
         atomic_fetch_add(&private_maps, 1);
+        my_private_maps++;
+    }
     return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
@@ -761,6 +773,101 @@ static void gaps(int n, int count)
     free(c);
 }
 
+/* lazy: see the top of the file */
+static void lazy(int n, int forks, int count)
+{
+    unsigned char **b = calloc((size_t)n, sizeof *b);
+    size_t *sz = calloc((size_t)n, sizeof *sz);
+    for (int i = 0; i < n; i++) {
+        sz[i] = GAP_SIZE;
+        b[i] = malloc(sz[i]);
+        memset(b[i], gap_val(i, 0), sz[i]);
+    }
+    CHECK(in_pool(b[0]) && in_pool(b[n - 1]));
+    int kfd = memfd_create("preload-forkpool-lazy", MFD_CLOEXEC);
+    CHECK(kfd >= 0);
+    pthread_t t;
+    pthread_create(&t, NULL, gap_churn, NULL);
+    long most = 0;
+    int nested = 0;
+    for (int f = 0; f < forks; f++) {
+        int p2c[2], c2p[2];
+        if (pipe(p2c) || pipe(c2p))
+            exit(2);
+        long before = my_private_maps;
+        pid_t pid = fork();
+        if (pid == 0) {
+            get(p2c[0]); /* the parent has rewritten, freed and moved blocks */
+            int bad = 0;
+            for (int i = 0; i < n; i++)
+                bad += !all(b[i], sz[i], gap_val(i, f)) || (i < 4 && in_pool(b[i]));
+            if (f % 8 == 0) { /* a grandchild sees the same; its writes stay its own */
+                pid_t g = fork();
+                if (g == 0) {
+                    int gbad = 0;
+                    for (int i = 0; i < n; i++) {
+                        gbad += !all(b[i], sz[i], gap_val(i, f));
+                        memset(b[i], 0x11, sz[i]);
+                    }
+                    _exit(gbad ? 1 : 0);
+                }
+                bad += !wait_ok(g);
+                for (int i = 0; i < n; i++)
+                    bad += !all(b[i], sz[i], gap_val(i, f));
+            }
+            for (int i = 0; i < n; i++)
+                memset(b[i], 0xC5, sz[i]);
+            put(c2p[1]);
+            if (bad)
+                fprintf(stderr, "fork %d: %d blocks not as of the fork\n", f, bad);
+            _exit(bad ? 1 : 0);
+        }
+        long maps = my_private_maps - before;
+        most = maps > most ? maps : most;
+        nested += f % 8 == 0;
+        /* the parent rewrites everything: block 0 by the kernel (read()),
+         * block 1 freed and allocated anew, block 2 moved by realloc */
+        unsigned char *buf = malloc(sz[0]);
+        memset(buf, gap_val(0, f + 1), sz[0]);
+        CHECK(pwrite(kfd, buf, sz[0], 0) == (ssize_t)sz[0]);
+        free(buf);
+        CHECK(pread(kfd, b[0], sz[0], 0) == (ssize_t)sz[0]);
+        free(b[1]);
+        b[1] = malloc(sz[1]);
+        memset(b[1], gap_val(1, f + 1), sz[1]);
+        sz[2] = sz[2] == GAP_SIZE ? GAP_SIZE + 65536 : GAP_SIZE;
+        unsigned char *r = realloc(b[2], sz[2]);
+        CHECK(r != NULL);
+        b[2] = r;
+        memset(b[2], gap_val(2, f + 1), sz[2]);
+        for (int i = 3; i < n; i++)
+            memset(b[i], gap_val(i, f + 1), sz[i]);
+        put(p2c[1]);
+        get(c2p[0]); /* the child has checked and written */
+        CHECK(wait_ok(pid));
+        int wrong = 0;
+        for (int i = 0; i < n; i++)
+            wrong += !all(b[i], sz[i], gap_val(i, f + 1));
+        CHECK(wrong == 0);
+        close(p2c[0]), close(p2c[1]), close(c2p[0]), close(c2p[1]);
+    }
+    stop_threads = 1;
+    void *res;
+    pthread_join(t, &res);
+    CHECK((uintptr_t)res == 0);
+    if (count)
+        CHECK(most <= 2);
+    for (int i = 0; i < n; i++)
+        free(b[i]);
+    free(b);
+    free(sz);
+    close(kfd);
+    printf("lazy: %d blocks of %zu KB, %d forks (%d nested): at most %ld remapping calls "
+           "during a fork; every snapshot held while the parent rewrote, freed, moved and "
+           "read() into its blocks; %lu bad churned blocks\n",
+           n, GAP_SIZE / 1000, forks, nested, most, (unsigned long)(uintptr_t)res);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -788,13 +895,15 @@ int main(int argc, char **argv)
         GAP_SIZE = (size_t)atol(argv[3]);
         gaps(atoi(argv[2]), argc == 5 && strcmp(argv[4], "count") == 0);
     }
+    else if ((argc == 4 || argc == 5) && strcmp(argv[1], "lazy") == 0)
+        lazy(atoi(argv[2]), atoi(argv[3]), argc == 5 && strcmp(argv[4], "count") == 0);
     else if (argc == 3 && strcmp(argv[1], "huge") == 0)
         huge((size_t)atol(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "firstfork") == 0)
         firstfork((size_t)atol(argv[2]));
     else {
         fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
-                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|huge SIZE\n");
+                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|huge SIZE\n");
         return 2;
     }
     return failed != 0;
