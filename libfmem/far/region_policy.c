@@ -519,6 +519,35 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
     return 0;
 }
 
+unsigned policy_stream_fetch(struct fmem_region *r, uint32_t u)
+{
+    struct region_policy *p = r->policy;
+    if (!p || r->prefetch == 0 ||
+        fixed(r, FMEM_REGION_TUNE_PREFETCH | FMEM_REGION_TUNE_FETCH))
+        return 0;
+    for (int i = 0; i < NSTREAMS; i++) {
+        const struct stream *s = &p->streams[i];
+        if (!s->used || u <= s->last || u > s->next)
+            continue;
+        /* as stream_note decides: it caught up with the window being
+         * mapped, or continues a stream that reads ahead after it */
+        int caught = r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end;
+        int ahead = u == s->next && (s->run + 1 >= STREAM_CONFIRM || s->next - s->last > 1);
+        if (!caught && !ahead)
+            return 0;
+        /* one unit per path new chunks go to (consecutive units sit on
+         * different paths): a fault costs the time of one unit's
+         * transfer with every link busy; more would wait longer and
+         * take cache from the other faults' units */
+        unsigned paths = atomic_load_explicit(&r->tune.stripe, memory_order_relaxed), g = 1;
+        while (g < paths)
+            g *= 2;
+        unsigned max = policy_fetch_max(r);
+        return g < max ? g : max;
+    }
+    return 0;
+}
+
 int policy_stream_window(struct fmem_region *r)
 {
     struct region_policy *p = r->policy;
