@@ -13,9 +13,11 @@
  *   --rand-scale M   the random gather's reads in the confirmation phase,
  *                    times those of the selection phase (default 4)
  *   --json           one JSON object per line on stdout
- *   --verbose        every run's figure and units fetched / read ahead
+ *   --verbose        every run's figure, missing faults and units
+ *                    fetched on demand / read ahead
  *   --policy-only    only the policy's region, each workload once a round:
- *                    MB/s and the read-ahead thrown away unused
+ *                    MB/s, missing faults, units fetched on demand, and
+ *                    the read-ahead thrown away unused
  *                    (fmem_region_stats' ahead_unused, ahead_window)
  *
  * The pool has N memory nodes, each behind its own emulated link (bw= and

@@ -51,9 +51,9 @@ static void scan(fmem_region *r, size_t from, size_t to, fmem_region_stats_t *d)
 }
 
 /* The policy's region: a scan past the cache fetches several units per
- * demand fault (before, one: the fetch size stayed 1 and read-ahead did
- * the rest, each window's first unit on one path while the others
- * idled); the fetch size for other faults stays 1. */
+ * demand fault (before, one at most: the fetch size stayed 1 and
+ * read-ahead did the rest, each window's first unit on one path while the
+ * others idled); the fetch size for other faults stays 1. */
 Test(region_streamfetch, a_scan_fetches_a_unit_per_path_per_stream_fault)
 {
     fmem_pool *one = four_paths();
@@ -65,7 +65,10 @@ Test(region_streamfetch, a_scan_fetches_a_unit_per_path_per_stream_fault)
     for (int pass = 0; pass < 2; pass++) {
         scan(r, 0, size, &d);
         cr_assert_gt(d.prefetches, size / UNIT / 4, "read-ahead did most of the scan");
-        cr_assert_geq(d.fetches * 10, d.missing_faults * 25,
+        /* before: at most one unit per fault (with the prefetch thread
+         * fewer: faults on units it was mapping fetch nothing); now 2-3
+         * (faults outside stream runs fetch one) */
+        cr_assert_geq(d.fetches * 10, d.missing_faults * 16,
                       "pass %d: %llu units fetched on demand for %llu demand faults", pass,
                       (unsigned long long)d.fetches, (unsigned long long)d.missing_faults);
         cr_assert_eq(d.fetch_units, 1, "the measured fetch size stays 1 on a scan");
@@ -123,7 +126,6 @@ Test(region_streamfetch, explicit_settings_keep_one_unit_per_fault)
         cr_assert_leq(d.fetches, d.missing_faults, "setting %d: %llu units for %llu faults", k,
                       (unsigned long long)d.fetches, (unsigned long long)d.missing_faults);
     }
-    /* without a region over a single path there is nothing to gain */
     fmem_region_destroy(r);
     fmem_close(pool);
     pool = one;

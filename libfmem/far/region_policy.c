@@ -56,6 +56,11 @@
  *     the paths) of PROBE_WINDOW probes are followed so, the size halves: fetched neighbours go unused (a random
  *     gather, or waste). Write faults and first touches of fresh memory
  *     bring in their own run as before and are not measured.
+ *   - stream runs (policy_stream_fetch): a read fault that continues a
+ *     stream which reads ahead brings in one unit per placing path from
+ *     it on, fetched side by side, and its window starts after them: a
+ *     scan faults once per window, and that fault's single unit on one
+ *     path left the other links idle before the window's step began.
  * The unit size is fixed at creation and not changed.
  * An explicit setting (cfg->prefetch, an explicit cfg->fetch_unit: a
  * fetch size of one unit, fmem_region_tune) always wins; an
