@@ -13,9 +13,11 @@
  *   --rand-scale M   the random gather's reads in the confirmation phase,
  *                    times those of the selection phase (default 4)
  *   --json           one JSON object per line on stdout
- *   --verbose        every run's figure and units fetched / read ahead
+ *   --verbose        every run's figure, missing faults and units
+ *                    fetched on demand / read ahead
  *   --policy-only    only the policy's region, each workload once a round:
- *                    MB/s and the read-ahead thrown away unused
+ *                    MB/s, missing faults, units fetched on demand, and
+ *                    the read-ahead thrown away unused
  *                    (fmem_region_stats' ahead_unused, ahead_window)
  *
  * The pool has N memory nodes, each behind its own emulated link (bw= and
@@ -256,8 +258,11 @@ static int run_cfg(const struct wo *o, struct reg *regs, struct cfg *cf, unsigne
     cf[c].waits[w] += w1 - w0;
     cf[c].late_ns[w] += l1 - l0;
     if (o->verbose)
-        fprintf(stderr, "round %u %s cfg %u: %.2f MB/s fetches %llu prefetches %llu evictions %llu\n",
-                round, wl_name[w], c, *f, (unsigned long long)(s1.fetches - s0.fetches),
+        fprintf(stderr, "round %u %s cfg %u: %.2f MB/s faults %llu fetches %llu prefetches %llu "
+                        "evictions %llu\n",
+                round, wl_name[w], c, *f,
+                (unsigned long long)(s1.missing_faults - s0.missing_faults),
+                (unsigned long long)(s1.fetches - s0.fetches),
                 (unsigned long long)(s1.prefetches - s0.prefetches),
                 (unsigned long long)(s1.evictions - s0.evictions));
     cf[c].st0[w] = s0;
@@ -270,8 +275,8 @@ static int run_cfg(const struct wo *o, struct reg *regs, struct cfg *cf, unsigne
 static int policy_only(const struct wo *o, struct reg *regs, struct cfg *cf, unsigned c,
                        uint64_t reads, uint64_t *wrong, FILE *out)
 {
-    fprintf(out, "  %-6s %5s %10s %10s %10s %12s %12s\n", "wl", "round", "MB/s", "evicted",
-            "read ahead", "ahead unused", "of which win");
+    fprintf(out, "  %-6s %5s %10s %8s %8s %10s %10s %12s %12s\n", "wl", "round", "MB/s", "faults",
+            "fetched", "evicted", "read ahead", "ahead unused", "of which win");
     for (unsigned round = 0; round < o->rounds; round++)
         for (int w = 0; w < NWL; w++) {
             double f;
@@ -279,7 +284,9 @@ static int policy_only(const struct wo *o, struct reg *regs, struct cfg *cf, uns
             if (rc)
                 return rc;
             const fmem_region_stats_t *a = &cf[c].st0[w], *b = &cf[c].st[w];
-            fprintf(out, "  %-6s %5u %10.2f %10llu %10llu %12llu %12llu\n", wl_name[w], round, f,
+            fprintf(out, "  %-6s %5u %10.2f %8llu %8llu %10llu %10llu %12llu %12llu\n", wl_name[w],
+                    round, f, (unsigned long long)(b->missing_faults - a->missing_faults),
+                    (unsigned long long)(b->fetches - a->fetches),
                     (unsigned long long)(b->evictions - a->evictions),
                     (unsigned long long)(b->prefetches - a->prefetches),
                     (unsigned long long)(b->ahead_unused - a->ahead_unused),

@@ -552,6 +552,25 @@ static uint32_t fetch_group(struct fmem_region *r, uint32_t u, uint32_t *n, uint
     return first;
 }
 
+/* A demand read fault that continues a sequential stream (region_policy.c,
+ * policy_stream_fetch: `g` units) brings in the absent units from u on
+ * as one run, fetched side by side over the paths like a group (a scan
+ * would otherwise wait for u's unit alone on one path while the others
+ * idle, once per read-ahead window); its read-ahead window then starts
+ * after the run. Takes their slots and fills rem[] (rem[0] is u's on
+ * entry); returns the run's length (lock held). */
+static uint32_t stream_run(struct fmem_region *r, uint32_t u, uint32_t g, uint8_t *rem)
+{
+    uint32_t end = u + 1, last = u + g > r->nunits ? r->nunits : u + g;
+    while (end < last && r->nfree > 1 && r->units[end].state == UNIT_ABSENT &&
+           r->ring[r->units[end].slot] != end) {
+        cache_take_slot(r, end);
+        rem[end - u] = (uint8_t)!!(r->units[end].flags & UF_REMOTE);
+        end++;
+    }
+    return end - u;
+}
+
 /* After a group's install: the neighbours brought along were not asked
  * for, so they get no reference bit (CLOCK evicts them first if the
  * program never wants them). */
@@ -561,6 +580,24 @@ static void fetch_group_done(struct fmem_region *r, uint32_t u, uint32_t first, 
     for (uint32_t v = first; v < first + n; v++)
         if (v != u && r->units[v].state == UNIT_RESIDENT && !(r->units[v].flags & UF_DIRTY))
             r->units[v].flags &= (uint8_t)~UF_REF;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* After a stream run's install: the units after u are the start of the
+ * stream's read-ahead, and marked so (as region_install_run marks what
+ * it maps ahead): the writer's eviction windows leave them until the
+ * program reaches them, as a scan with lookups in between (a join) takes
+ * a while to. */
+static void stream_run_done(struct fmem_region *r, uint32_t u, uint32_t n)
+{
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t v = u + 1; v < u + n; v++) {
+        struct region_unit *vn = &r->units[v];
+        if (vn->state == UNIT_RESIDENT && !(vn->flags & UF_DIRTY)) {
+            vn->flags = (uint8_t)((vn->flags & ~UF_REF) | UF_AHEAD);
+            vn->unreached = 1;
+        }
+    }
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -616,16 +653,20 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
             cache_take_slot(r, u + n);
             rem[n++] = 0;
         }
-        uint32_t first = u;
+        uint32_t first = u, sg = 0;
         int group = !fresh && !write;
-        if (group)
+        if (group && (sg = policy_stream_fetch(r, u)) > 1)
+            n = stream_run(r, u, sg, rem);
+        else if (group)
             first = fetch_group(r, u, &n, rem);
         /* a read of one unit off any scan: its page first */
         r->hot_addr = r->hot_first && n == 1 && !write && remote && u != r->seq_next &&
                               r->pages_per_unit > 1 ? a : 0;
         pthread_mutex_unlock(&r->lock);
         region_install_run(r, 0, first, n, rem, write, 1);
-        if (group && n > 1)
+        if (group && n > 1 && sg > 1)
+            stream_run_done(r, u, n);
+        else if (group && n > 1)
             fetch_group_done(r, u, first, n);
         policy_note_fault(r, u, write);
         readahead_note(r, u, first + n - u, write);

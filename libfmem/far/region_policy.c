@@ -56,6 +56,11 @@
  *     the paths) of PROBE_WINDOW probes are followed so, the size halves: fetched neighbours go unused (a random
  *     gather, or waste). Write faults and first touches of fresh memory
  *     bring in their own run as before and are not measured.
+ *   - stream runs (policy_stream_fetch): a read fault that continues a
+ *     stream which reads ahead brings in one unit per placing path from
+ *     it on, fetched side by side, and its window starts after them: a
+ *     scan faults once per window, and that fault's single unit on one
+ *     path left the other links idle before the window's step began.
  * The unit size is fixed at creation and not changed.
  * An explicit setting (cfg->prefetch, an explicit cfg->fetch_unit: a
  * fetch size of one unit, fmem_region_tune) always wins; an
@@ -516,6 +521,35 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
     p->streams[victim] = (struct stream){.last = u, .next = u + 1, .run = 0, .used = now,
                                          .depth = p->depth_max};
     p->cur = victim;
+    return 0;
+}
+
+unsigned policy_stream_fetch(struct fmem_region *r, uint32_t u)
+{
+    struct region_policy *p = r->policy;
+    if (!p || r->prefetch == 0 ||
+        fixed(r, FMEM_REGION_TUNE_PREFETCH | FMEM_REGION_TUNE_FETCH))
+        return 0;
+    for (int i = 0; i < NSTREAMS; i++) {
+        const struct stream *s = &p->streams[i];
+        if (!s->used || u <= s->last || u > s->next)
+            continue;
+        /* as stream_note decides: it caught up with the window being
+         * mapped, or continues a stream that reads ahead after it */
+        int caught = r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end;
+        int ahead = u == s->next && (s->run + 1 >= STREAM_CONFIRM || s->next - s->last > 1);
+        if (!caught && !ahead)
+            return 0;
+        /* one unit per path new chunks go to (consecutive units sit on
+         * different paths): a fault costs the time of one unit's
+         * transfer with every link busy; more would wait longer and
+         * take cache from the other faults' units */
+        unsigned paths = atomic_load_explicit(&r->tune.stripe, memory_order_relaxed), g = 1;
+        while (g < paths)
+            g *= 2;
+        unsigned max = policy_fetch_max(r);
+        return g < max ? g : max;
+    }
     return 0;
 }
 

@@ -22,6 +22,11 @@ void policy_note_fault(struct fmem_region *r, uint32_t u, int write);
  * no stream), or -1 when the read-ahead depth is fixed and the handler's
  * single-stream detector decides. */
 int policy_stream_window(struct fmem_region *r);
+/* The units a demand read fault on absent unit u brings in from u on, as
+ * one run, when it continues a sequential stream that reads ahead
+ * (handler, before policy_note_fault for it; 0: it continues none, or the
+ * fetch size or read-ahead depth is fixed). */
+unsigned policy_stream_fetch(struct fmem_region *r, uint32_t u);
 /* The handler brought the current stream in up to unit `end`. */
 void policy_stream_ahead(struct fmem_region *r, uint32_t end);
 /* What the policy measured over its last window (for the stats). */
