@@ -42,12 +42,14 @@ static int give_key(struct node *n, uint64_t off, uint64_t *cap)
 }
 
 static bool wait_quarantined(struct node *n);
+static void ring_owed(struct node *n);
 static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap);
 
 int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
 {
     unsigned fails = 0;
     int rc;
+    ring_owed(n);
     log_key_read = (struct key_read){.armed = true};
     if ((UINT64_C(1) << log2c) > n->g.nchunks)
         rc = FMEM_ENOMEM;
@@ -128,6 +130,7 @@ static int settle(struct node *n, uint64_t chunk, unsigned log2c, uint64_t h, ui
 static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t *capv)
 {
     uint64_t cap, e = 0;
+    ring_owed(n);
     struct tp_op ops[2] = {
         {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
         {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
@@ -214,6 +217,53 @@ static int wk_ring(struct node *n, uint64_t off)
 {
     uint64_t v = wk_bell(n, off);
     return tp_write(n->tp, n->tp->wkeys_off, &v, 8);
+}
+
+/* The doorbell of a thread's own frees (own_free) is owed, not rung at
+ * once: a run of frees rings once, naming the last entry, and the memory
+ * node's pass for that ring finds the others (entries without a backup;
+ * verbs_server.c regen_main). The owed ring is posted, held in front of the
+ * thread's next chain, when the thread next allocates, checks a handle,
+ * frees another way or closes the node, and by every OWN_BELL_EVERY-th
+ * free in a run. A thread that goes quiet leaves it owed: the memory
+ * node's periodic scan (IDLE_SCAN_NS) finds those entries. */
+#define OWN_BELL_EVERY 32
+
+static _Thread_local struct {
+    const struct node *n;
+    uint64_t off;
+    unsigned frees;
+} owed_bell;
+
+/* FMEM_OWN_BELL_EACH=1: ring at every own free (bench/rdma-bench.sh compares) */
+static bool own_bell_each(void)
+{
+    static _Atomic int v = -1;
+    if (atomic_load_explicit(&v, memory_order_relaxed) < 0) {
+        const char *e = getenv("FMEM_OWN_BELL_EACH");
+        atomic_store_explicit(&v, e && *e == '1', memory_order_relaxed);
+    }
+    return atomic_load_explicit(&v, memory_order_relaxed) == 1;
+}
+
+static void ring_owed(struct node *n)
+{
+    if (owed_bell.n != n || !owed_bell.frees)
+        return;
+    if (!n->tp->wkeys_off) { /* a node that took the record's address */
+        owed_bell.n = NULL;
+        return;
+    }
+    uint64_t bell = wk_bell(n, owed_bell.off);
+    struct tp_op ring = {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8};
+    owed_bell.n = NULL;
+    owed_bell.frees = 0;
+    (void)tp_post(n->tp, &ring); /* a lost ring: the periodic scan */
+}
+
+void node_ring_owed(struct node *n)
+{
+    ring_owed(n);
 }
 
 /* Wait until the entry at `off` no longer equals `v`; *now = its value. */
@@ -341,6 +391,7 @@ static void remember_quarantined(struct node *n, uint64_t chunk, unsigned log2c)
 static bool wait_quarantined(struct node *n)
 {
     bool any = false;
+    ring_owed(n);
     uint64_t end = tp_now_ns() + WK_WAIT_NS;
     for (unsigned i = 0; i < NODE_QRING; i++) {
         uint64_t q = atomic_load(&n->quarantined[i]), e;
@@ -617,7 +668,7 @@ static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rke
     o->n = NULL; /* used once, whatever happens */
     if (a.rkey != rkey || a.lost != tp_post_lost(n->tp))
         return OWN_NOT; /* another key, or the flush may be lost */
-    uint64_t off = key_off(n, chunk, log2c), next, bell;
+    uint64_t off = key_off(n, chunk, log2c), next;
     if (cap_backup(a.cap) == 0)
         return OWN_NOT; /* own_remember keeps none such */
     next = cap_make(cap_backup(a.cap), 0);
@@ -635,10 +686,13 @@ static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rke
         return rc;
     if (rc == 1 && mark.old != a.e) /* waited for (FMEM_VERBS_WAIT_POSTS=1, full) */
         mark_found(n, chunk, log2c, mark.old);
-    bell = wk_bell(n, off);
-    struct tp_op ring = {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8};
-    if ((rc = tp_post(n->tp, &ring)) < 0)
-        return rc;
+    /* the doorbell is owed (see ring_owed): one ring for a run of frees */
+    if (owed_bell.n != n)
+        owed_bell.frees = 0; /* another node's: its periodic scan */
+    owed_bell.n = n;
+    owed_bell.off = off;
+    if (++owed_bell.frees >= OWN_BELL_EVERY || own_bell_each())
+        ring_owed(n);
     remember_quarantined(n, chunk, log2c);
     tp_trace.own_frees++;
     CRASH_POINT(CP_OWN_FREE_HELD);
@@ -753,6 +807,7 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
         CRASH_POINT(CP_FREE_QUARANTINED);
     if (rc != OWN_NOT)
         return rc;
+    ring_owed(n);
     rc = free_read(n, chunk, log2c, rkey, &h, &cap, &e);
     if (rc)
         return rc;
