@@ -583,9 +583,12 @@ out:
  * the thread's queue pair). Its free is then one CAS and one round trip,
  * like an allocation's commit: the key CAS, whose expected value is the
  * remembered key entry (main and backup key), decides whether the free is
- * ours. The quarantine mark of the log entry and the doorbell are posted
- * only once it won, unsignaled and held: they lead the queue pair's next
- * chain (whoever's), as an allocation's log flush does.
+ * ours. The quarantine mark of the log entry is posted only once it won,
+ * at once but unsignaled: nothing waits for it, and the queue pair's next
+ * chain (whoever's) completes after it. (Held for that chain, as an
+ * allocation's flush is, it would wait for the thread's next operation on
+ * that queue pair, and a thread that exits or goes quiet would keep the
+ * block out of use.) The doorbell is owed (ring_owed).
  *
  * Why a stale record can only make the free take the general path, never
  * change a state it should not: the key entry of an allocated block with a
@@ -680,7 +683,7 @@ static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rke
         return OWN_NOT; /* freed since (see above): the checks judge it */
     /* ours: the key is revoked; the mark, then the doorbell naming it */
     struct tp_op mark = {.kind = TP_CAS, .off = log_off(n, chunk), .expect = a.e,
-                         .desired = a.e | LOG_QUARANTINE};
+                         .desired = a.e | LOG_QUARANTINE, .trail = true};
     rc = tp_post(n->tp, &mark);
     if (rc < 0)
         return rc;

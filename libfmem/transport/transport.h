@@ -48,9 +48,10 @@ struct transport_ops {
     void (*stats)(struct transport *t, struct fmem_node_stats_t *st);
     /* Optional. Post one CAS or 8-byte WRITE without waiting for it
      * (verbs: unsignaled, held until the queue pair's next chain, which it
-     * leads); the calling thread's next batch on this transport executes
-     * after it and collects its completion. 0: posted (its result is never
-     * known); 1: done already (op->old set); <0: error. */
+     * leads, or sent at once if op->trail); the calling thread's next batch
+     * on this transport executes after it and collects its completion.
+     * 0: posted (its result is never known); 1: done already (op->old
+     * set); <0: error. */
     int (*post)(struct transport *t, struct tp_op *op);
     /* Optional. Posts that may not have executed (their queue pair failed
      * or was reset before a later batch completed), since opened. */

@@ -35,8 +35,9 @@
 #define ACK_TIMEOUT 15 /* 4.096 us << 15 per try */
 /* Posted CASes (verbs_post) are held by the queue pair, unsignaled, and
  * go out linked in front of its next batch (one ibv_post_send, which on
- * soft-RoCE is a system call, for both); their results land in the bounce
- * buffer's last page, which batches do not use. */
+ * soft-RoCE is a system call, for both), or at once when the op says
+ * trail (still unsignaled: a later batch's completion covers them); their
+ * results land in the bounce buffer's last page, which batches do not use. */
 #define POSTED_MAX 32
 #define POSTED_AREA 4096u
 #define BOUNCE_CHAIN (BOUNCE_SIZE - POSTED_AREA)
@@ -527,6 +528,18 @@ static int verbs_post(struct transport *t, struct tp_op *op)
         tl_prof.wrs++;
         c->npend++;
         c->posted++;
+        if (op->trail) { /* sent now (behind the held ones), still unsignaled */
+            struct ibv_send_wr *bad;
+            for (unsigned i = 0; i < c->npend; i++)
+                c->pend_wr[i].next = i + 1 < c->npend ? &c->pend_wr[i + 1] : NULL;
+            c->npend = 0;
+            tl_prof.posts++;
+            if (ibv_post_send(c->qp, &c->pend_wr[0], &bad)) {
+                c->broken = true;
+                atomic_fetch_add(&v->posts_lost, 1);
+                rc = FMEM_EIO;
+            }
+        }
     }
     pthread_mutex_unlock(&c->lock);
     return rc;
