@@ -42,12 +42,14 @@ static int give_key(struct node *n, uint64_t off, uint64_t *cap)
 }
 
 static bool wait_quarantined(struct node *n);
+static void ring_owed(struct node *n);
 static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap);
 
 int node_alloc(struct node *n, unsigned log2c, uint64_t *chunk, uint32_t *rkey)
 {
     unsigned fails = 0;
     int rc;
+    ring_owed(n);
     log_key_read = (struct key_read){.armed = true};
     if ((UINT64_C(1) << log2c) > n->g.nchunks)
         rc = FMEM_ENOMEM;
@@ -128,6 +130,7 @@ static int settle(struct node *n, uint64_t chunk, unsigned log2c, uint64_t h, ui
 static int check(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey, uint64_t *capv)
 {
     uint64_t cap, e = 0;
+    ring_owed(n);
     struct tp_op ops[2] = {
         {.kind = TP_READ, .off = key_off(n, chunk, log2c), .buf = &cap, .len = 8},
         {.kind = TP_READ, .off = log_off(n, chunk), .buf = &e, .len = 8},
@@ -214,6 +217,53 @@ static int wk_ring(struct node *n, uint64_t off)
 {
     uint64_t v = wk_bell(n, off);
     return tp_write(n->tp, n->tp->wkeys_off, &v, 8);
+}
+
+/* The doorbell of a thread's own frees (own_free) is owed, not rung at
+ * once: a run of frees rings once, naming the last entry, and the memory
+ * node's pass for that ring finds the others (entries without a backup;
+ * verbs_server.c regen_main). The owed ring is posted, held in front of the
+ * thread's next chain, when the thread next allocates, checks a handle,
+ * frees another way or closes the node, and by every OWN_BELL_EVERY-th
+ * free in a run. A thread that goes quiet leaves it owed: the memory
+ * node's periodic scan (IDLE_SCAN_NS) finds those entries. */
+#define OWN_BELL_EVERY 32
+
+static _Thread_local struct {
+    const struct node *n;
+    uint64_t off;
+    unsigned frees;
+} owed_bell;
+
+/* FMEM_OWN_BELL_EACH=1: ring at every own free (bench/rdma-bench.sh compares) */
+static bool own_bell_each(void)
+{
+    static _Atomic int v = -1;
+    if (atomic_load_explicit(&v, memory_order_relaxed) < 0) {
+        const char *e = getenv("FMEM_OWN_BELL_EACH");
+        atomic_store_explicit(&v, e && *e == '1', memory_order_relaxed);
+    }
+    return atomic_load_explicit(&v, memory_order_relaxed) == 1;
+}
+
+static void ring_owed(struct node *n)
+{
+    if (owed_bell.n != n || !owed_bell.frees)
+        return;
+    if (!n->tp->wkeys_off) { /* a node that took the record's address */
+        owed_bell.n = NULL;
+        return;
+    }
+    uint64_t bell = wk_bell(n, owed_bell.off);
+    struct tp_op ring = {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8};
+    owed_bell.n = NULL;
+    owed_bell.frees = 0;
+    (void)tp_post(n->tp, &ring); /* a lost ring: the periodic scan */
+}
+
+void node_ring_owed(struct node *n)
+{
+    ring_owed(n);
 }
 
 /* Wait until the entry at `off` no longer equals `v`; *now = its value. */
@@ -341,6 +391,7 @@ static void remember_quarantined(struct node *n, uint64_t chunk, unsigned log2c)
 static bool wait_quarantined(struct node *n)
 {
     bool any = false;
+    ring_owed(n);
     uint64_t end = tp_now_ns() + WK_WAIT_NS;
     for (unsigned i = 0; i < NODE_QRING; i++) {
         uint64_t q = atomic_load(&n->quarantined[i]), e;
@@ -394,10 +445,6 @@ static void mark_found(struct node *n, uint64_t chunk, unsigned log2c, uint64_t 
     }
 }
 
-/* Commit the free of an allocated block whose key entry was `cap` and log
- * entry `e` (checked by the caller, or remembered from the own allocation:
- * then guard_rkey is the block's key, read from the block ahead of the
- * CASes in the same chain; see own_free). */
 /* Mark the log entry of section x (a part of a whole-section block) found
  * to be `cur` instead of the entry its mark CAS expected. */
 static void mark_part(struct node *n, uint64_t x, uint64_t cur)
@@ -415,21 +462,20 @@ static void mark_part(struct node *n, uint64_t x, uint64_t cur)
 static int quarantine_sections(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap,
                                uint64_t e);
 
-static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, uint64_t e,
-                      uint32_t guard_rkey)
+/* Commit the free of an allocated block whose key entry was `cap` and log
+ * entry `e` (checked by the caller): key CAS and mark CAS in one chain. */
+static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap, uint64_t e)
 {
     if (log2c > 9)
         return quarantine_sections(n, chunk, log2c, cap, e);
-    uint64_t off = key_off(n, chunk, log2c), bell = 0, guard;
+    uint64_t off = key_off(n, chunk, log2c), bell = 0;
     bool wk = n->tp->wkeys_off != 0;
     for (;;) {
         uint64_t next;
         int rc = promoted_cap(n, off, &cap, &next);
         if (rc)
             return rc;
-        struct tp_op all[4] = {
-            {.kind = TP_READ, .off = data_off(n, chunk), .buf = &guard, .len = 8,
-             .rkey = guard_rkey},
+        struct tp_op ops[3] = {
             {.kind = TP_CAS, .off = off, .expect = cap, .desired = next},
             {.kind = TP_CAS, .off = log_off(n, chunk), .expect = e, .desired = e | LOG_QUARANTINE},
             /* the doorbell trails: the free's outcome is known from the
@@ -437,25 +483,21 @@ static int quarantine(struct node *n, uint64_t chunk, unsigned log2c, uint64_t c
              * thread does next (a lost one: the regenerator's idle scan) */
             {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8, .trail = true},
         };
-        struct tp_op *ops = guard_rkey ? all : all + 1;
         if (wk)
             bell = wk_bell(n, off);
-        rc = tp_batch(n->tp, ops, (wk ? 3 : 2) + (guard_rkey != 0));
-        if (rc == FMEM_EACCES && guard_rkey)
-            return OWN_NOT; /* the key is dead: not ours to free this way */
-        guard_rkey = 0;
+        rc = tp_batch(n->tp, ops, wk ? 3 : 2);
         if (rc)
             return rc;
-        if (all[1].old == cap) {
+        if (ops[0].old == cap) {
             /* ours */
-            if (all[2].old != e)
-                mark_found(n, chunk, log2c, all[2].old);
+            if (ops[1].old != e)
+                mark_found(n, chunk, log2c, ops[1].old);
             remember_quarantined(n, chunk, log2c);
             return 0;
         }
-        if (cap_main(all[1].old) != cap_main(cap))
+        if (cap_main(ops[0].old) != cap_main(cap))
             return FMEM_EDOUBLEFREE; /* a concurrent free of the same block won */
-        cap = all[1].old;
+        cap = ops[0].old;
     }
 }
 
@@ -536,17 +578,39 @@ out:
 /* ---- the free of an own allocation ------------------------------------------
  * A thread that frees a chunk-layer block it allocated itself knows what
  * the checks before a free would read: the key entry (read with the
- * commit) and the log entry (the allocation's, flushed by a post that
- * goes out ahead of anything else on the thread's queue pair). Its free is
- * then the quarantine chain alone, one round trip, led by an 8-byte READ of
- * the block with the handle's key: if the block was freed meanwhile (a
- * copy of the handle, another thread) and handed out again, its old window
- * is destroyed first, the READ is refused, and the NIC executes nothing
- * behind it on that queue pair. If it was freed but not yet handed out
- * again, the key CAS fails (the main key changed) and the free reports a
- * double free as after the checks. Over windows only (the key entry of an
- * allocated block with a backup changes by frees alone, mnode: regen_pass)
- * and not where keys work from one queue pair only (type-2 windows). */
+ * commit, or from the span's snapshot) and the log entry (the
+ * allocation's, flushed by a post that goes out ahead of anything else on
+ * the thread's queue pair). Its free is then one CAS and one round trip,
+ * like an allocation's commit: the key CAS, whose expected value is the
+ * remembered key entry (main and backup key), decides whether the free is
+ * ours. The quarantine mark of the log entry is posted only once it won,
+ * at once but unsignaled: nothing waits for it, and the queue pair's next
+ * chain (whoever's) completes after it. (Held for that chain, as an
+ * allocation's flush is, it would wait for the thread's next operation on
+ * that queue pair, and a thread that exits or goes quiet would keep the
+ * block out of use.) The doorbell is owed (ring_owed).
+ *
+ * Why a stale record can only make the free take the general path, never
+ * change a state it should not: the key entry of an allocated block with a
+ * backup changes by frees alone (mnode: regen_pass refills backups only),
+ * and every free replaces its main key. If the block was freed since the
+ * allocation (a copy of the handle, another thread), whether it is still
+ * quarantined or was handed out again, the main key is another one (the
+ * old window is destroyed before the block goes back to its layer, and a
+ * reallocation keeps the entry it finds), so the CAS fails, nothing else
+ * was posted, and the general path judges the handle (a double free or a
+ * dead key). Only a won key CAS is followed by the mark, so the mark's
+ * expected value, the allocation's log entry, cannot meet a later
+ * allocation of the block that happens to log the same word (its 7-bit
+ * timestamp wrapped). A mark that finds another word (its result is not
+ * known: it is held) can only mean the allocation's flush was lost with its
+ * queue pair, which the record excludes (tp_post_lost); a mark lost with
+ * its queue pair (reset, or the process died: CP_OWN_FREE_HELD) leaves the
+ * block allocated to its user with the key revoked, the state a crash
+ * between the key CAS and the mark always left, which the user's recovery
+ * frees. Over windows only (the key entry of an allocated block with a
+ * backup changes by frees alone) and not where keys work from one queue
+ * pair only (type-2 windows). */
 #define OWN_SLOTS 128
 
 /* Slot of a block: blocks of one size are consecutive numbers here, so a
@@ -607,10 +671,35 @@ static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rke
     o->n = NULL; /* used once, whatever happens */
     if (a.rkey != rkey || a.lost != tp_post_lost(n->tp))
         return OWN_NOT; /* another key, or the flush may be lost */
-    int rc = quarantine(n, chunk, log2c, a.cap, a.e, rkey);
-    if (rc == 0)
-        tp_trace.own_frees++;
-    return rc;
+    uint64_t off = key_off(n, chunk, log2c), next;
+    if (cap_backup(a.cap) == 0)
+        return OWN_NOT; /* own_remember keeps none such */
+    next = cap_make(cap_backup(a.cap), 0);
+    struct tp_op kc = {.kind = TP_CAS, .off = off, .expect = a.cap, .desired = next};
+    int rc = tp_batch(n->tp, &kc, 1);
+    if (rc)
+        return rc;
+    if (kc.old != a.cap)
+        return OWN_NOT; /* freed since (see above): the checks judge it */
+    /* ours: the key is revoked; the mark, then the doorbell naming it */
+    struct tp_op mark = {.kind = TP_CAS, .off = log_off(n, chunk), .expect = a.e,
+                         .desired = a.e | LOG_QUARANTINE, .trail = true};
+    rc = tp_post(n->tp, &mark);
+    if (rc < 0)
+        return rc;
+    if (rc == 1 && mark.old != a.e) /* waited for (FMEM_VERBS_WAIT_POSTS=1, full) */
+        mark_found(n, chunk, log2c, mark.old);
+    /* the doorbell is owed (see ring_owed): one ring for a run of frees */
+    if (owed_bell.n != n)
+        owed_bell.frees = 0; /* another node's: its periodic scan */
+    owed_bell.n = n;
+    owed_bell.off = off;
+    if (++owed_bell.frees >= OWN_BELL_EVERY || own_bell_each())
+        ring_owed(n);
+    remember_quarantined(n, chunk, log2c);
+    tp_trace.own_frees++;
+    CRASH_POINT(CP_OWN_FREE_HELD);
+    return 0;
 }
 
 /* Finish part x of a whole-section block whose entry is marked with log2
@@ -721,6 +810,7 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
         CRASH_POINT(CP_FREE_QUARANTINED);
     if (rc != OWN_NOT)
         return rc;
+    ring_owed(n);
     rc = free_read(n, chunk, log2c, rkey, &h, &cap, &e);
     if (rc)
         return rc;
@@ -730,7 +820,7 @@ int node_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
     if (rc)
         return rc;
     if (quarantines(n, log2c)) {
-        rc = quarantine(n, chunk, log2c, cap, e, 0);
+        rc = quarantine(n, chunk, log2c, cap, e);
         if (rc)
             return rc;
         CRASH_POINT(CP_FREE_QUARANTINED);

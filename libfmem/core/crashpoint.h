@@ -23,6 +23,9 @@ enum crash_point {
                              * block not yet freed in its layer */
     CP_QUARANTINE_PART,     /* finish of a quarantined whole-section block:
                              * a part after the first freed, the rest not */
+    CP_OWN_FREE_HELD,       /* free of an own allocation: key revoked, its
+                             * quarantine mark posted unsignaled (maybe not
+                             * executed), doorbell owed (verbs only) */
     CP_COUNT
 };
 

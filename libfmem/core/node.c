@@ -305,6 +305,7 @@ void node_close(struct node *n)
 {
     if (!n)
         return;
+    node_ring_owed(n);
     /* only if the slot is still ours: a recovery may have given it away,
      * and a fork child closing its copy leaves the parent's slot alone */
     if (node_holds_slot(n))

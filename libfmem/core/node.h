@@ -88,6 +88,8 @@ int node_open_user(struct transport *tp, bool created, enum node_user how, unsig
 /* uid 0: NODE_CLAIM_ANY, else NODE_ADOPT. */
 int node_open(struct transport *tp, bool created, unsigned uid, struct node **out);
 void node_close(struct node *n);
+/* Post the doorbell the calling thread's own frees on n still owe (alloc.c). */
+void node_ring_owed(struct node *n);
 /* Free user slot `uid` (after its recovery). */
 void node_clear_uid(struct node *n, unsigned uid);
 /* Free slot `uid` only if it still holds `pid`: true if it did. */

@@ -466,4 +466,5 @@ const char *const crash_point_names[CP_COUNT] = {
     [CP_FLUSH_READ] = "flush-read",
     [CP_ALLOC_DONE] = "alloc-done",
     [CP_QUARANTINE_PART] = "quarantine-part",
+    [CP_OWN_FREE_HELD] = "own-free-held",
 };

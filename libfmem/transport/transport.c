@@ -144,12 +144,21 @@ int tp_cas(struct transport *t, uint64_t off, uint64_t expect, uint64_t desired,
 
 int tp_post(struct transport *t, struct tp_op *op)
 {
-    if (!t->ops->post || op->kind != TP_CAS) {
+    bool small_write = op->kind == TP_WRITE && op->len == 8;
+    if (!t->ops->post || (op->kind != TP_CAS && !small_write)) {
         int rc = tp_batch(t, op, 1);
         return rc < 0 ? rc : 1;
     }
     int rc = t->ops->post(t, op);
-    if (rc == 0) { /* in flight: a CAS, no round trip of the caller's */
+    if (rc == 0 && small_write) { /* in flight: a WRITE, no round trip of the caller's */
+        tp_trace.writes++;
+        atomic_fetch_add_explicit(&t->n_writes, 1, memory_order_relaxed);
+    } else if (rc == 1 && small_write) {
+        tp_trace.writes++;
+        tp_trace.round_trips++;
+        atomic_fetch_add_explicit(&t->n_writes, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->n_rtts, 1, memory_order_relaxed);
+    } else if (rc == 0) { /* in flight: a CAS, no round trip of the caller's */
         tp_trace.cas++;
         atomic_fetch_add_explicit(&t->n_cas, 1, memory_order_relaxed);
     } else if (rc == 1) { /* the transport waited for it: count it as tp_batch does */

@@ -46,10 +46,12 @@ struct transport_ops {
     void (*close)(struct transport *t);
     /* Optional: the backend's own figures (fmem_node_stats). */
     void (*stats)(struct transport *t, struct fmem_node_stats_t *st);
-    /* Optional. Post one CAS without waiting for it (verbs: unsignaled);
-     * the calling thread's next batch on this transport executes after it
-     * and collects its completion. 0: posted (its result is never known);
-     * 1: done already (op->old set); <0: error. */
+    /* Optional. Post one CAS or 8-byte WRITE without waiting for it
+     * (verbs: unsignaled, held until the queue pair's next chain, which it
+     * leads, or sent at once if op->trail); the calling thread's next batch
+     * on this transport executes after it and collects its completion.
+     * 0: posted (its result is never known); 1: done already (op->old
+     * set); <0: error. */
     int (*post)(struct transport *t, struct tp_op *op);
     /* Optional. Posts that may not have executed (their queue pair failed
      * or was reset before a later batch completed), since opened. */
@@ -96,9 +98,9 @@ int tp_write_key(struct transport *t, uint64_t off, const void *src, size_t len,
 /* 1 if swapped, 0 if not (*old = value found), or negative FMEM_E*. */
 int tp_cas(struct transport *t, uint64_t off, uint64_t expect, uint64_t desired,
            uint64_t *old);
-/* A CAS posted without waiting (see transport_ops.post; a batch of one
- * where the transport cannot): 0 posted, 1 done (op->old set), <0 error.
- * Counted as a CAS but not as a round trip. */
+/* A CAS or an 8-byte WRITE posted without waiting (see transport_ops.post;
+ * a batch of one where the transport cannot): 0 posted, 1 done (op->old
+ * set), <0 error. Counted as a CAS or WRITE but not as a round trip. */
 int tp_post(struct transport *t, struct tp_op *op);
 uint64_t tp_post_lost(struct transport *t);
 void tp_close(struct transport *t);

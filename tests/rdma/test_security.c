@@ -191,6 +191,7 @@ Test(security, freed_key_dies_before_reuse)
 static pthread_mutex_t reuse_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct { uint64_t addr; uint32_t rkey; } reuse_last[REUSE_SLOTS];
 static unsigned reuse_checked;
+static uint64_t reuse_frees, reuse_own_frees; /* frees; of them one-CAS own frees */
 static fmem_pool *reuse_pool;
 static size_t reuse_size = 4096;
 
@@ -200,6 +201,7 @@ static void *reuse_worker(void *arg)
 {
     (void)arg;
     struct transport *t = attacker();
+    uint64_t own0 = tp_trace.own_frees, frees = 0;
     for (int r = 0; r < REUSE_MAX_ROUNDS; r++) {
         pthread_mutex_lock(&reuse_mu);
         bool enough = r >= REUSE_ROUNDS && reuse_checked > 0;
@@ -229,8 +231,13 @@ static void *reuse_worker(void *arg)
             reuse_last[sl].rkey = h[i].rkey;
             pthread_mutex_unlock(&reuse_mu);
             cr_assert_eq(fmem_free(reuse_pool, &h[i]), 0);
+            frees++;
         }
     }
+    pthread_mutex_lock(&reuse_mu);
+    reuse_frees += frees;
+    reuse_own_frees += tp_trace.own_frees - own0;
+    pthread_mutex_unlock(&reuse_mu);
     tp_close(t);
     return NULL;
 }
@@ -244,9 +251,18 @@ static void reuse_run(size_t size, int threads)
         cr_assert_eq(pthread_create(&th[i], NULL, reuse_worker, NULL), 0);
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
-    fprintf(stderr, "security: %u earlier keys of reused %zu-byte blocks checked\n", reuse_checked,
-            size);
+    fprintf(stderr,
+            "security: %u earlier keys of reused %zu-byte blocks checked; %llu of %llu frees "
+            "were one-CAS own frees\n",
+            reuse_checked, size, (unsigned long long)reuse_own_frees,
+            (unsigned long long)reuse_frees);
     cr_assert_gt(reuse_checked, 0, "no block was reused: nothing was tested");
+    /* chunk-layer blocks: the threads free their own allocations, so the
+     * frees under test are mostly the one-CAS free with the mark held
+     * (alloc.c, own_free) */
+    if (size <= 65536)
+        cr_assert_geq(reuse_own_frees * 2, reuse_frees, "only %llu of %llu frees were own frees",
+                      (unsigned long long)reuse_own_frees, (unsigned long long)reuse_frees);
     fmem_close(reuse_pool);
 }
 

@@ -35,8 +35,9 @@
 #define ACK_TIMEOUT 15 /* 4.096 us << 15 per try */
 /* Posted CASes (verbs_post) are held by the queue pair, unsignaled, and
  * go out linked in front of its next batch (one ibv_post_send, which on
- * soft-RoCE is a system call, for both); their results land in the bounce
- * buffer's last page, which batches do not use. */
+ * soft-RoCE is a system call, for both), or at once when the op says
+ * trail (still unsignaled: a later batch's completion covers them); their
+ * results land in the bounce buffer's last page, which batches do not use. */
 #define POSTED_MAX 32
 #define POSTED_AREA 4096u
 #define BOUNCE_CHAIN (BOUNCE_SIZE - POSTED_AREA)
@@ -485,8 +486,14 @@ static void drain_posts(struct verbs_transport *v, struct verbs_conn *c)
 static int verbs_post(struct transport *t, struct tp_op *op)
 {
     struct verbs_transport *v = (struct verbs_transport *)t;
-    if (op->kind != TP_CAS || (t->wkeys_off && op->off >= t->wkeys_off) || (op->off & 7) ||
-        op->off > t->size - 8 || atomic_load(&v->fenced))
+    bool write = op->kind == TP_WRITE && op->len == 8;
+    uint64_t off = op->off, end = t->size;
+    if (t->wkeys_off && off >= t->wkeys_off) { /* a doorbell (8-byte WRITE) only */
+        off -= t->wkeys_off;
+        end = write ? t->wkeys_size : 0;
+    }
+    if ((op->kind != TP_CAS && !write) || (off & 7) || end < 8 || off > end - 8 ||
+        atomic_load(&v->fenced))
         return FMEM_EINVAL;
     if (tl_conn < 0)
         tl_conn = (int)(atomic_fetch_add(&conn_rr, 1) % v->nconn);
@@ -500,20 +507,39 @@ static int verbs_post(struct transport *t, struct tp_op *op)
         return rc ? rc : 1;
     }
     if (rc == 0) { /* held: it leads the next chain of this queue pair */
-        char *res = posted_slot(c);
+        char *res = posted_slot(c); /* the CAS's result, or the WRITE's data */
         struct ibv_sge *sge = &c->pend_sge[c->npend];
         struct ibv_send_wr *wr = &c->pend_wr[c->npend];
         *sge = (struct ibv_sge){.addr = (uintptr_t)res, .length = 8, .lkey = c->mr->lkey};
         *wr = (struct ibv_send_wr){.wr_id = POSTED_WR_ID, .sg_list = sge, .num_sge = 1,
-                                   .opcode = IBV_WR_ATOMIC_CMP_AND_SWP};
+                                   .opcode = write ? IBV_WR_RDMA_WRITE
+                                                   : IBV_WR_ATOMIC_CMP_AND_SWP};
         uint32_t rkey;
-        target(v, op, &wr->wr.atomic.remote_addr, &rkey);
-        wr->wr.atomic.rkey = rkey;
-        wr->wr.atomic.compare_add = op->expect;
-        wr->wr.atomic.swap = op->desired;
+        if (write) {
+            memcpy(res, op->buf, 8);
+            target(v, op, &wr->wr.rdma.remote_addr, &rkey);
+            wr->wr.rdma.rkey = rkey;
+        } else {
+            target(v, op, &wr->wr.atomic.remote_addr, &rkey);
+            wr->wr.atomic.rkey = rkey;
+            wr->wr.atomic.compare_add = op->expect;
+            wr->wr.atomic.swap = op->desired;
+        }
         tl_prof.wrs++;
         c->npend++;
         c->posted++;
+        if (op->trail) { /* sent now (behind the held ones), still unsignaled */
+            struct ibv_send_wr *bad;
+            for (unsigned i = 0; i < c->npend; i++)
+                c->pend_wr[i].next = i + 1 < c->npend ? &c->pend_wr[i + 1] : NULL;
+            c->npend = 0;
+            tl_prof.posts++;
+            if (ibv_post_send(c->qp, &c->pend_wr[0], &bad)) {
+                c->broken = true;
+                atomic_fetch_add(&v->posts_lost, 1);
+                rc = FMEM_EIO;
+            }
+        }
     }
     pthread_mutex_unlock(&c->lock);
     return rc;

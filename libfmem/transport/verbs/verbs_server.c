@@ -40,6 +40,10 @@
  * whose hint a later ring overwrote) at most this often: a scan reads every
  * entry, and on a software NIC it takes the CPU the clients' requests need */
 #define RING_SCAN_NS 2000000u
+/* and, as often as this, the log for marks that landed after their entry
+ * got its new backup (a client's own frees send the mark behind the key
+ * CAS and ring once for a run of frees, alloc.c: ring_owed) */
+#define FINISH_SCAN_NS 20000000u
 #define MAX_FENCED 256          /* sessions remembered as fenced */
 #define BLOCK_ACCESS (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
 
@@ -353,7 +357,7 @@ static void *regen_main(void *arg)
         say("cannot run the protocol over loopback: freed blocks stay quarantined%s", "", 0);
     finish_all(s); /* quarantined before a restart: every old window is gone */
     atomic_store(&s->ready, 1);
-    uint64_t bell = atomic_load(&s->wk[0]), last = now_ns(), last_scan = last;
+    uint64_t bell = atomic_load(&s->wk[0]), last = now_ns(), last_scan = last, last_finish = last;
     bool owed = false; /* a ring's scan was put off (RING_SCAN_NS) */
     while (!atomic_load(&s->stop)) {
         uint64_t b = atomic_load(&s->wk[0]), t = now_ns();
@@ -361,6 +365,10 @@ static void *regen_main(void *arg)
             regen_pass(s, 0, s->nentries);
             last_scan = t;
             owed = false;
+            if (t - last_finish > FINISH_SCAN_NS) {
+                finish_all(s);
+                last_finish = t;
+            }
             continue;
         }
         if (b != bell || t - last > IDLE_SCAN_NS) {
@@ -381,8 +389,11 @@ static void *regen_main(void *arg)
             } else {
                 owed = true;
             }
-            if (idle) /* marks that landed after their entry's pass */
+            if (idle || t - last_finish > FINISH_SCAN_NS) { /* marks that landed
+                                                              * after their entry's pass */
                 finish_all(s);
+                last_finish = t;
+            }
             continue;
         }
         struct timespec ts = {0, 20000};
