@@ -24,6 +24,7 @@ mkdir "$FMEM_STATS_DIR"
 cleanup() {
     : >"$dir/done"
     [ -n "${apid:-}" ] && kill "$apid" 2>/dev/null
+    [ -n "${spid:-}" ] && kill "$spid" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$dir"
 }
@@ -116,6 +117,62 @@ apid=
 grep -q "process $kpid is gone; removed its page" "$dir/err2" || fail "stale page not reported: $(cat "$dir/err2")"
 [ -e "$FMEM_STATS_DIR/fmem-stats.$me.$kpid" ] && fail "stale page kept"
 grep -q "^process $kpid" "$dir/text2" && fail "dead process listed"
+
+# forge_page SRC PID DEST: a copy of the page SRC whose header names PID
+# (its start time stays SRC's: for a running PID, a page of a process
+# that had its pid before)
+forge_page() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<Q", b, 40, int(sys.argv[2]))   # sp_header.pid
+open(sys.argv[3], "wb").write(b)
+PY
+}
+# The next process of this user that publishes a page removes this user's
+# stale pages: a killed process's, one whose pid now runs another process;
+# never another user's (by name or by owner), never a symlink's target.
+mkdir -p "$dir/k2" "$dir/n"
+"$app" "$dir/k2" >"$dir/app4.log" 2>&1 &
+k2=$!
+apid=$k2
+for _ in $(seq 400); do [ -e "$dir/k2/ready" ] && break; sleep 0.05; done
+kill -9 "$k2"; wait "$k2" 2>/dev/null
+apid=
+P=$FMEM_STATS_DIR/fmem-stats
+[ -f "$P.$me.$k2" ] || fail "killed process left no page (nothing to test)"
+sleep 600 &
+spid=$!
+forge_page "$P.$me.$k2" "$spid" "$P.$me.$spid"
+other=$((me + 1))
+cp "$P.$me.$k2" "$P.$other.$k2"
+echo target >"$dir/target"
+ln -s "$dir/target" "$P.$me.999999997"
+if [ "$me" = 0 ]; then
+    cp "$P.$me.$k2" "$P.$me.999999996" && chown 65534 "$P.$me.999999996"
+fi
+"$app" "$dir/n" >"$dir/app5.log" 2>&1 &
+npid=$!
+apid=$npid
+for _ in $(seq 400); do [ -e "$dir/n/ready" ] && break; sleep 0.05; done
+[ -f "$P.$me.$npid" ] || fail "the next process published no page"
+[ -e "$P.$me.$k2" ] && fail "the next publisher kept a killed process's page"
+[ -e "$P.$me.$spid" ] && fail "the next publisher kept a page of a reused pid"
+[ -e "$P.$other.$k2" ] || fail "the next publisher removed another user's page"
+[ -f "$dir/target" ] || fail "the next publisher removed a symlink's target"
+[ "$me" != 0 ] || [ -e "$P.$me.999999996" ] || fail "the next publisher removed a file another user owns"
+[ -e "$P.$me.$$" ] || fail "the next publisher removed a live process's bad page"
+# fmem status removes a page of a reused pid too
+forge_page "$P.$me.$npid" "$spid" "$P.$me.$spid"
+"$B/fmem" status --processes >"$dir/text3" 2>"$dir/err3" || fail "status exited $?"
+[ -e "$P.$me.$spid" ] && fail "fmem status kept a page of a reused pid"
+grep -q "^process $npid (status_app)" "$dir/text3" || fail "live process not listed: $(cat "$dir/text3")"
+kill "$spid"; wait "$spid" 2>/dev/null
+spid=
+: >"$dir/n/done"
+wait "$npid"
+apid=
+rm -f "$P.$me.999999996"
 
 # FMEM_STATS=0: nothing published
 mkdir -p "$dir/o"

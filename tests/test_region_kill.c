@@ -1,15 +1,19 @@
 /* test_region_kill.c - an application killed with SIGKILL while its far
  * memory is in use: its chunks return to the pool once its user id is
  * recovered (as the memory node or fmemd does for a dead client). Both a
- * region with dirty pages and an object heap are live in the child. */
+ * region with dirty pages and an object heap are live in the child. Its
+ * stats page, which it cannot remove, goes when this process publishes
+ * its first one. */
 #include <criterion/criterion.h>
 #include <fmem.h>
 #include <fmem_admin.h>
 #include <fmem_far.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +21,11 @@ Test(region_kill, chunks_return_after_sigkill, .timeout = 60)
 {
     char uri[96];
     snprintf(uri, sizeof uri, "shm:/fmem-rkill-%d?size=64M", getpid());
+    /* stats pages in a directory of this test's own: a process of another
+     * test publishing its first page would remove the child's page too */
+    char sdir[] = "/tmp/fmem-rkill-stats-XXXXXX";
+    cr_assert_neq(mkdtemp(sdir), NULL);
+    setenv("FMEM_STATS_DIR", sdir, 1);
     fmem_pool *p;
     cr_assert_eq(fmem_open(uri, &p), 0);
     fmem_stats_t st;
@@ -81,6 +90,23 @@ Test(region_kill, chunks_return_after_sigkill, .timeout = 60)
     fmem_verify_report vr;
     cr_assert_eq(fmem_verify(p, &vr, stderr), 0);
     cr_expect_eq(vr.errors, 0);
+
+    /* the child's stats page stayed (SIGKILL); this process's first
+     * region publishes a page and removes the stale one first */
+    const char *son = getenv("FMEM_STATS");
+    char page[512];
+    snprintf(page, sizeof page, "%s/fmem-stats.%u.%d", sdir, (unsigned)geteuid(), (int)pid);
+    struct stat sb;
+    if (!(son && !strcmp(son, "0"))) {
+        cr_expect_eq(lstat(page, &sb), 0, "the killed child left no stats page %s", page);
+        fmem_region_config cfg = {.size = 1u << 20, .cache_bytes = 1u << 20};
+        fmem_region *r;
+        cr_assert_eq(fmem_region_create(p, &cfg, &r), 0);
+        cr_expect_neq(lstat(page, &sb), 0, "the killed child's stats page %s was kept", page);
+        fmem_region_destroy(r);
+    }
+    unlink(page); /* whatever happened above: nothing left behind */
+    rmdir(sdir);
     fmem_close(p);
     fmem_unlink(uri);
 }

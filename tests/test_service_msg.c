@@ -2,6 +2,7 @@
  * ring requests: every accepted message round-trips, every defect is
  * refused. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "service/proto.h"

@@ -276,11 +276,15 @@ int status_processes(bool json, FILE *out)
             shown++;
             break;
         case SP_STALE:
+            /* its process is gone, or its pid runs a process started at
+             * another time (sp_read compared the start times) */
             stale++;
-            goto remove_if_gone;
+            if (unlink_page(dir, name) == 0)
+                fprintf(stderr, "fmem: %s/%s: process %llu is gone; removed its page\n", dir,
+                        name, U(pid));
+            break;
         case SP_BAD:
             fprintf(stderr, "fmem: %s/%s: %s; skipped\n", dir, name, why);
-        remove_if_gone:
             /* a page whose process is gone goes, whatever is in it */
             if (!sp_proc_start(pid) || pid == (uint64_t)getpid()) {
                 if (unlink_page(dir, name) == 0)

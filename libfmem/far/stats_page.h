@@ -11,7 +11,8 @@
  * reader copies the file and retries while the counter is odd or moved.
  * The file is removed when the last region or node goes, and at exit;
  * a killed process leaves it behind and readers treat it as stale once
- * the pid is gone or belongs to a process started at another time. */
+ * the pid is gone or belongs to a process started at another time; the
+ * next page a process of the same user publishes removes it (stats_pub.c). */
 #ifndef FMEM_STATS_PAGE_H
 #define FMEM_STATS_PAGE_H
 

@@ -8,9 +8,12 @@
  * the transport's stats), so faults and transfers pay nothing for it: no
  * system call, no extra store. The page is removed when the last one
  * goes and at exit. FMEM_STATS=0 turns publishing off. A fork child
- * publishes only what it registers itself. */
+ * publishes only what it registers itself. A killed process cannot remove
+ * its page: the first page a process publishes removes the stale pages of
+ * its own user first (sweep_stale). */
 #include "stats_pub.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -59,6 +62,7 @@ static uint64_t interval_ms = 250;
 static int enabled = -1; /* -1: not yet read from the environment */
 static bool hooks_done;
 static bool exiting; /* at_exit ran: no new page */
+static bool swept;   /* this process removed its user's stale pages */
 
 static bool pub_enabled(void)
 {
@@ -131,10 +135,65 @@ static uint64_t realtime_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Remove dir/name if the calling user owns it and it is still the file
+ * (inode) that was judged stale. unlink removes a symbolic link itself,
+ * never its target. */
+static void unlink_own(const char *dir, const char *name, const struct stat *judged)
+{
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (lstat(path, &st) || st.st_uid != geteuid() || st.st_ino != judged->st_ino ||
+        st.st_dev != judged->st_dev)
+        return;
+    unlink(path);
+}
+
+/* Pages of this user's processes that were killed (SIGKILL runs no exit
+ * handler) stay behind; nobody else may remove them. A page is stale when
+ * its pid runs no process, or runs one started at another time than the
+ * page says (sp_read's SP_STALE). Only names of this user's uid and files
+ * this user owns are touched; a page that cannot be judged (being written,
+ * garbage) of a process that runs is left alone. */
+static void sweep_stale(const char *dir, pid_t self)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct sp_snapshot *snap = NULL;
+    uint64_t me = geteuid();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        uint64_t uid, pid;
+        if (!sp_parse_name(e->d_name, &uid, &pid) || uid != me || pid == (uint64_t)self)
+            continue;
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (lstat(path, &st) || st.st_uid != me)
+            continue;
+        if (sp_proc_start(pid)) {
+            const char *why;
+            int err;
+            if (!snap && !(snap = malloc(sizeof *snap)))
+                break;
+            if (sp_read(dir, e->d_name, snap, &why, &err) != SP_STALE)
+                continue;
+        }
+        unlink_own(dir, e->d_name, &st);
+    }
+    free(snap);
+    closedir(d);
+}
+
 static int page_create(void) /* mu held */
 {
     const char *dir = sp_dir();
     pid_t pid = getpid();
+    if (!swept) { /* once per process (a fork child of one that swept: not again) */
+        swept = true;
+        sweep_stale(dir, pid);
+    }
     snprintf(page_path, sizeof page_path, "%s/" SP_PREFIX "%u.%d", dir, (unsigned)geteuid(),
              (int)pid);
     int fd = open(page_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);

@@ -40,14 +40,26 @@ if [ -z "$list" ]; then
     exit 1
 fi
 
+# the scratch pools the attacks make in /dev/shm (fmem-hostile-*; the
+# pool's metadata, .data and the memory node's .sessions file) must be
+# gone when an attack ends, whatever it killed: one left behind fails it
+shm_pools() { ls -A /dev/shm 2>/dev/null | grep '^fmem-hostile-' | sort; }
+
 pass=0 fail=0 skip=0
 echo "$list" | {
     while read -r name prog; do
         log="$logdir/$name.log"
         start=$(date +%s)
+        before=$(shm_pools)
         timeout -k 10 "${HOSTILE_TIMEOUT:-900}" "$prog" >"$log" 2>&1
         rc=$?
         secs=$(($(date +%s) - start))
+        if [ -n "$before" ]; then left=$(shm_pools | grep -vxF "$before"); else left=$(shm_pools); fi
+        if [ -n "$left" ] && [ "$rc" -ne 77 ]; then
+            echo "left behind in /dev/shm (removed now): $(echo $left)" >>"$log"
+            (cd /dev/shm && echo "$left" | while read -r f; do rm -f -- "$f"; done)
+            [ "$rc" -eq 0 ] && rc=1
+        fi
         case $rc in
         0) echo "PASS: $name (${secs} s)"; pass=$((pass + 1)) ;;
         77) echo "SKIP: $name ($(tail -n 1 "$log"))"; skip=$((skip + 1)) ;;

@@ -24,8 +24,12 @@ export GLIBC_TUNABLES
 PYTHONPATH=$STAGE${PYTHONPATH:+:$PYTHONPATH}
 PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH FMEM_BUILDDIR PYTHONDONTWRITEBYTECODE
+# tmp_path directories in a scratch directory removed at the end (pytest
+# keeps the last three runs' in /tmp/pytest-of-USER otherwise)
+basetemp=$(mktemp -d "${TMPDIR:-/tmp}/fmem-pytest-XXXXXX") || exit 99
+trap 'rm -rf "$basetemp"' EXIT
 # quiet, and no cache files in the source tree
-set -- -q -p no:cacheprovider "$top_srcdir/tests/python" "$@"
+set -- -q -p no:cacheprovider --basetemp="$basetemp" "$top_srcdir/tests/python" "$@"
 if [ -n "$FMEM_ASAN_LIB" ]; then
     LD_PRELOAD=$FMEM_ASAN_LIB${LD_PRELOAD:+:$LD_PRELOAD} "$PY" -m pytest "$@"
 else
