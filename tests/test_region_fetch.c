@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "region_fixture.h"
+#include "region_shadow.h"
 
 #define UNIT FMEM_REGION_DEFAULT_UNIT
 #define PAGE 4096u
@@ -120,35 +121,6 @@ Test(region_fetch, an_explicit_fetch_size_brings_in_the_group)
 #define ICACHE ((size_t)1 << 20)
 #define NPAGES (ISIZE / PAGE)
 
-struct ictx {
-    fmem_region *r;
-    char *base;
-    uint64_t *shadow; /* per page: the stamp at its start, 0: zeros */
-    _Atomic int stop, bad;
-    char why[160];
-};
-
-static void fail(struct ictx *c, const char *what, size_t p, uint64_t got, uint64_t want)
-{
-    if (atomic_exchange(&c->bad, 1) == 0)
-        snprintf(c->why, sizeof c->why, "%s: page %zu holds %llu, expected %llu", what, p,
-                 (unsigned long long)got, (unsigned long long)want);
-}
-
-static void check_page(struct ictx *c, size_t p, const char *what)
-{
-    const volatile uint64_t *w = (const volatile uint64_t *)(c->base + p * PAGE);
-    uint64_t want = c->shadow[p];
-    if (w[0] != want)
-        fail(c, what, p, w[0], want);
-    else if (w[PAGE / 8 - 1] != (want ? ~want : 0))
-        fail(c, what, p, w[PAGE / 8 - 1], want ? ~want : 0);
-}
-
-struct worker {
-    struct ictx *c;
-    unsigned id;
-};
 
 /* Thread `id` owns pages of its half of the region; it writes, reads
  * records and single pages, releases 64 KiB ranges and flushes. */

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "region_fixture.h"
+#include "region_shadow.h"
 
 #define UNIT (16u << 10)
 #define PAGE 4096u
@@ -110,35 +111,6 @@ Test(region_spin, zero_spin_time_never_spins)
 #define NPAGES (ISIZE / PAGE)
 #define PPU (UNIT / PAGE)
 
-struct ictx {
-    fmem_region *r;
-    char *base;
-    uint64_t *shadow; /* per page: the stamp at its start, 0: zeros */
-    _Atomic int bad;
-    char why[160];
-};
-
-static void fail(struct ictx *c, const char *what, size_t p, uint64_t got, uint64_t want)
-{
-    if (atomic_exchange(&c->bad, 1) == 0)
-        snprintf(c->why, sizeof c->why, "%s: page %zu holds %llu, expected %llu", what, p,
-                 (unsigned long long)got, (unsigned long long)want);
-}
-
-static void check_page(struct ictx *c, size_t p, const char *what)
-{
-    const volatile uint64_t *w = (const volatile uint64_t *)(c->base + p * PAGE);
-    uint64_t want = c->shadow[p];
-    if (w[0] != want)
-        fail(c, what, p, w[0], want);
-    else if (w[PAGE / 8 - 1] != (want ? ~want : 0))
-        fail(c, what, p, w[PAGE / 8 - 1], want ? ~want : 0);
-}
-
-struct worker {
-    struct ictx *c;
-    unsigned id;
-};
 
 /* Thread `id` owns its half of the region: random single-page reads (the
  * page goes in first), a read of a page then at once of the other pages
