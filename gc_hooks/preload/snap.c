@@ -114,11 +114,9 @@ void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o)
     }
 }
 
-/* The fallback when the lock or a remap fails: the parent's own view of
- * o becomes a private anonymous copy at the same address (no pool page
- * is read by anyone after this, so nothing is pinned), and fork gives the
- * child the kernel's copy-on-write snapshot of it. 0 or -1. */
-static int copy_private(struct fp_arena *a, struct fp_obj *o)
+/* o's bytes into private anonymous memory at its place, its `since`
+ * kept (children may read its pool pages): 0 or -1. */
+static int copy_in_place(struct fp_arena *a, struct fp_obj *o)
 {
     char *p = fp_obj_ptr(a, o);
     size_t len = fp_obj_len(o);
@@ -130,8 +128,19 @@ static int copy_private(struct fp_arena *a, struct fp_obj *o)
         munmap(copy, len);
         return -1;
     }
+    return 0;
+}
+
+/* The fallback when the lock or a remap fails: the parent's own view of
+ * o becomes a private anonymous copy at the same address (no pool page
+ * is read by anyone after this, so nothing is pinned), and fork gives the
+ * child the kernel's copy-on-write snapshot of it. 0 or -1. */
+static int copy_private(struct fp_arena *a, struct fp_obj *o)
+{
+    if (copy_in_place(a, o) != 0)
+        return -1;
     o->since = FP_SINCE_ANON;
-    atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&fp_stats.copied_at_fork, fp_obj_len(o), memory_order_relaxed);
     return 0;
 }
 
@@ -302,22 +311,6 @@ void fp_snap_parent(void)
     }
 }
 
-/* o's bytes into private anonymous memory at its place, its `since`
- * kept (children may read its pool pages): 0 or -1. */
-static int copy_in_place(struct fp_arena *a, struct fp_obj *o)
-{
-    char *p = fp_obj_ptr(a, o);
-    size_t len = fp_obj_len(o);
-    void *copy = fp_map_anon(NULL, len, PROT_READ | PROT_WRITE);
-    if (copy == MAP_FAILED)
-        return -1;
-    memcpy(copy, p, len);
-    if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) {
-        munmap(copy, len);
-        return -1;
-    }
-    return 0;
-}
 
 int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o)
 {
