@@ -183,9 +183,13 @@ Test(security, freed_key_dies_before_reuse)
  * reuses). */
 #define REUSE_THREADS 4
 #define REUSE_ROUNDS 12
-#define REUSE_MAX_ROUNDS 400 /* a slow regenerator (a loaded host) keeps the
-                              * freed blocks quarantined longer: go on until a
-                              * block came back */
+#define REUSE_MAX_ROUNDS 4000 /* a slow regenerator (a loaded host; each
+                               * re-bind costs soft-RoCE ~2 ms of the memory
+                               * node's CPU) keeps the freed blocks
+                               * quarantined longer than the frees take: go
+                               * on until a block came back, */
+#define REUSE_WAIT_NS (20 * 1000 * 1000) /* giving it this much time per
+                                          * round once the rounds are done */
 #define REUSE_HELD 3
 #define REUSE_SLOTS 256
 static pthread_mutex_t reuse_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -208,6 +212,8 @@ static void *reuse_worker(void *arg)
         pthread_mutex_unlock(&reuse_mu);
         if (enough)
             break;
+        if (r >= REUSE_ROUNDS)
+            nanosleep(&(struct timespec){0, REUSE_WAIT_NS}, NULL);
         fmem_handle h[REUSE_HELD];
         for (int i = 0; i < REUSE_HELD; i++) {
             cr_assert_eq(fmem_alloc(reuse_pool, reuse_size, &h[i]), 0);
