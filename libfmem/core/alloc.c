@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "crashpoint.h"
+#include "env_flag.h"
 #include "fmem.h"
 #include "protocol.h"
 #include "thread_table.h"
@@ -239,11 +240,7 @@ static _Thread_local struct {
 static bool own_bell_each(void)
 {
     static _Atomic int v = -1;
-    if (atomic_load_explicit(&v, memory_order_relaxed) < 0) {
-        const char *e = getenv("FMEM_OWN_BELL_EACH");
-        atomic_store_explicit(&v, e && *e == '1', memory_order_relaxed);
-    }
-    return atomic_load_explicit(&v, memory_order_relaxed) == 1;
+    return env_flag(&v, "FMEM_OWN_BELL_EACH", false);
 }
 
 static void ring_owed(struct node *n)
@@ -365,11 +362,7 @@ bool fmem_quarantine_local;
 static bool quarantine_env(void)
 {
     static _Atomic int v = -1;
-    if (atomic_load_explicit(&v, memory_order_relaxed) < 0) {
-        const char *e = getenv("FMEM_QUARANTINE_LOCAL");
-        atomic_store_explicit(&v, e && *e == '1', memory_order_relaxed);
-    }
-    return atomic_load_explicit(&v, memory_order_relaxed) == 1;
+    return env_flag(&v, "FMEM_QUARANTINE_LOCAL", false);
 }
 
 static bool quarantines(const struct node *n, unsigned log2c)

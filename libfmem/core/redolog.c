@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "crashpoint.h"
+#include "env_flag.h"
 #include "fmem.h"
 #include "node.h"
 #include "thread_table.h"
@@ -325,13 +326,7 @@ static struct span_snap *span_snap_slot(uint64_t s)
 static bool span_snap_on(void)
 {
     static _Atomic int v = -1;
-    int x = atomic_load_explicit(&v, memory_order_relaxed);
-    if (x < 0) {
-        const char *e = getenv("FMEM_SPAN_SNAP");
-        x = !(e && *e == '0');
-        atomic_store_explicit(&v, x, memory_order_relaxed);
-    }
-    return x == 1;
+    return env_flag(&v, "FMEM_SPAN_SNAP", true);
 }
 
 int log_commit_cas_span(struct node *n, uint64_t s, uint64_t hv, uint64_t nv, uint64_t *old,
