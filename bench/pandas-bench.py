@@ -83,9 +83,18 @@ def cpu():
     ru = resource.getrusage(resource.RUSAGE_SELF)  # every thread: the region's too
     return ru.ru_utime + ru.ru_stime
 
+def peak_rss():
+    # VmHWM, not ru_maxrss: a child inherits its parent's ru_maxrss over
+    # fork and exec, so the bare interpreter reported the bench's own peak
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
 c0 = cpu()
 if mode == "idle":  # the interpreter with numpy and pandas, no data
-    print(json.dumps({"maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    print(json.dumps({"maxrss": peak_rss()}))
     sys.exit(0)
 if block is not None:
     with block:
@@ -94,9 +103,10 @@ else:
     times, check = workload()
 out = {"seconds": sum(times.values()), "cpu_seconds": cpu() - c0, "phases": times,
        "check": check,
-       "maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+       "maxrss": peak_rss()}
 if region is not None:
     out["region"] = region.stats()
+    out["heap_peak"] = block.stats()["heap_remote_peak"]  # the array data's peak
 print(json.dumps(out))
 """
 
@@ -199,6 +209,16 @@ def cgroup_peak(d):
     return None
 
 
+# the kernel's paging during a swap run (system-wide counters: the only
+# swap on a quiet machine is ours): pages swapped in and out, faults
+SWAP_STATS = ("pswpin", "pswpout", "pgmajfault", "pgfault")
+
+
+def vmstat():
+    with open("/proc/vmstat") as f:
+        return {k: int(v) for k, v in (line.split() for line in f)}
+
+
 def rmdir_retry(d):
     """A cgroup lists an exited child for a moment after it was reaped."""
     import time
@@ -266,8 +286,26 @@ def main():
         if args.vs_swap:
             swap = Swap(2 * ws + (256 << 20))
             if swap.ok:
-                # the interpreter, pandas and the CSV text besides the arrays
-                other = idle
+                # the interpreter with numpy and pandas besides the arrays:
+                # what it charges to a memory cgroup, which is less than its
+                # RSS (library pages already in the page cache are charged
+                # to whoever read them first), so that the data get the same
+                # 50 % / 25 % as in the regions
+                try:
+                    cg = swap.cgroup(1 << 40)
+                    try:
+                        run_child("idle", csv, cgroup=cg)
+                        other = cgroup_peak(cg)
+                    finally:
+                        rmdir_retry(cg)
+                except OSError as e:
+                    print(f"--vs-swap: {e}; skipped", file=sys.stderr)
+                    other = None
+                if other is None:
+                    other = idle
+                # and what a region run keeps outside its region: the
+                # working set beyond the array data (Python objects)
+                other += max(0, ws - best["region"]["heap_peak"])
                 for pct in (50, 25):
                     try:
                         cg = swap.cgroup(other + ws * pct // 100)
@@ -275,9 +313,18 @@ def main():
                         print(f"--vs-swap: {e}; skipped", file=sys.stderr)
                         break
                     try:
-                        r = run_child("plain", csv, cgroup=cg)
+                        v0 = vmstat()
+                        try:
+                            r = run_child("plain", csv, cgroup=cg)
+                        except RuntimeError as e:  # the kernel's OOM killer
+                            print(f"--vs-swap {pct} %: limit {(other + ws * pct // 100) / 2**20:.0f}"
+                                  f" MiB: {e}", file=sys.stderr)
+                            continue
+                        v1 = vmstat()
                         r["cgroup_limit"] = other + ws * pct // 100
                         r["cgroup_peak"] = cgroup_peak(cg)
+                        r["cgroup_other"] = other
+                        r["swap"] = {k: v1.get(k, 0) - v0.get(k, 0) for k in SWAP_STATS}
                         keep(f"swap{pct}", r)
                     finally:
                         rmdir_retry(cg)
@@ -292,8 +339,12 @@ def main():
             extra = ""
             if "cgroup_limit" in r:
                 peak = r["cgroup_peak"]
-                extra = (f"  cgroup limit {r['cgroup_limit'] / 2**20:.0f} MiB, peak "
-                         f"{peak / 2**20 if peak is not None else float('nan'):.0f} MiB")
+                sw = r["swap"]
+                extra = (f"  cgroup limit {r['cgroup_limit'] / 2**20:.0f} MiB (interpreter "
+                         f"{r['cgroup_other'] / 2**20:.0f} MiB), peak "
+                         f"{peak / 2**20 if peak is not None else float('nan'):.0f} MiB;"
+                         f" swapped in {sw['pswpin']} out {sw['pswpout']} pages,"
+                         f" major faults {sw['pgmajfault']}")
             if "region" in r:
                 st = r["region"]
                 extra = (f"  faults {st['faults']} wp {st['wp_faults']} fetched {st['fetches']}"
@@ -309,7 +360,8 @@ def main():
                             "cpu_seconds": r["cpu_seconds"],
                             "cpu_ratio_vs_plain": plain["cpu_seconds"] / r["cpu_seconds"],
                             "working_set": ws, "result_ok": ok,
-                            **{k: r[k] for k in ("cgroup_limit", "cgroup_peak") if k in r},
+                            **{k: r[k] for k in ("cgroup_limit", "cgroup_peak", "cgroup_other",
+                                                 "swap") if k in r},
                             **({"region": {k: r["region"][k] for k in REGION_STATS}}
                                if "region" in r else {})})
             if not ok:
