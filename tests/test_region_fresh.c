@@ -200,3 +200,59 @@ Test(region_fresh, flush_takes_no_pool_space_for_unwritten_fresh_units)
     cr_assert_eq(m[UNIT * 21], 0);
     cr_assert_eq(fmem_region_destroy(r), 0);
 }
+
+/* Fresh units are mapped writable even when a read brought them in: a
+ * program that reads new memory before it writes it (a buffer checked,
+ * then filled) takes no write-protect fault per unit. (Mapped
+ * write-protected before, each unit took one.) */
+Test(region_fresh, write_after_read_of_fresh_memory_takes_no_write_protect_fault)
+{
+    size_t size = (size_t)8 << 20, len = (size_t)1 << 20;
+    fmem_region *r = make(size, size, UNIT);
+    volatile unsigned char *m = fmem_region_base(r);
+    unsigned sum = 0;
+    for (size_t off = 0; off < len; off += 4096)
+        sum += m[off];
+    cr_assert_eq(sum, 0);
+    fmem_region_stats_t a, b;
+    cr_assert_eq(fmem_region_stats(r, &a), 0);
+    for (size_t off = 0; off < len; off += 4096)
+        m[off] = (unsigned char)(off / 4096 + 1);
+    cr_assert_eq(fmem_region_stats(r, &b), 0);
+    cr_assert_eq(b.wp_faults - a.wp_faults, 0, "%llu write-protect faults writing %zu units",
+                 (unsigned long long)(b.wp_faults - a.wp_faults), len / UNIT);
+    for (size_t off = 0; off < len; off += 4096)
+        cr_assert_eq(m[off], (unsigned char)(off / 4096 + 1));
+    cr_assert_eq(fmem_region_destroy(r), 0);
+}
+
+/* Units read fresh and mapped writable, some of them written later,
+ * through evictions and flushes of a small cache: every byte matches a
+ * shadow copy, and only the units written take pool space. */
+Test(region_fresh, fresh_units_read_then_some_written_through_evictions)
+{
+    size_t size = (size_t)8 << 20, nunits = size / UNIT;
+    fmem_region *r = make(size, (size_t)1 << 20, UNIT); /* 64 units cached */
+    volatile unsigned char *m = fmem_region_base(r);
+    unsigned char *shadow = calloc(nunits, 1);
+    cr_assert_not_null(shadow);
+    for (unsigned pass = 1; pass <= 4; pass++) {
+        for (size_t u = 0; u < nunits; u++) /* a read first, everywhere */
+            cr_assert_eq(m[u * UNIT + 4096 * (u % 4)], shadow[u], "pass %u unit %zu", pass, u);
+        for (size_t u = 0; u < nunits; u += 8) { /* every 8th unit: one per chunk */
+            shadow[u] = (unsigned char)(pass * 31 + u);
+            m[u * UNIT + 4096 * (u % 4)] = shadow[u];
+        }
+        if (pass % 2 == 0)
+            cr_assert_eq(fmem_region_flush(r), 0);
+    }
+    for (size_t u = 0; u < nunits; u++)
+        cr_assert_eq(m[u * UNIT + 4096 * (u % 4)], shadow[u], "unit %zu", u);
+    fmem_region_stats_t st;
+    cr_assert_eq(fmem_region_stats(r, &st), 0);
+    cr_assert_gt(st.evictions, nunits, "the cache was too large to evict");
+    cr_assert_leq(st.remote_bytes, (nunits / 8) * 64 * 1024, "%llu pool bytes",
+                  (unsigned long long)st.remote_bytes);
+    free(shadow);
+    cr_assert_eq(fmem_region_destroy(r), 0);
+}

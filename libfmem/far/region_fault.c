@@ -4,7 +4,8 @@
  * whole unit from its chunk (fmem_read into a private buffer) or uses zeros
  * when the unit was never written back, and maps it with UFFDIO_COPY,
  * write-protected (mapped writable and dirty at once if the fault was a
- * write). The first write to a protected unit raises a write-protect fault:
+ * write, and always when it holds zeros: see region_install_run). The
+ * first write to a protected unit raises a write-protect fault:
  * the unit becomes dirty, gets its chunk if it has none (lazy allocation),
  * and is unprotected whole. So a clean unit is never written back.
  * A fault on a unit the writer is evicting is parked (not answered) until
@@ -309,7 +310,9 @@ void region_install_run(struct fmem_region *r, int pf, uint32_t first, uint32_t 
         if (hot > done && hot < done + len)
             len = hot - done; /* up to the page mapped first */
         size_t got;
-        int rc = uffd_copy(r->uffd, dst + done, from, len, !dirty, 0, &got);
+        /* zeros go in writable (see the unit flags below) */
+        int rc = uffd_copy(r->uffd, dst + done, from, len, !dirty && src[i] != region_zero_page,
+                           0, &got);
         done += got;
         if (pf) { /* the handler may read events between two copies */
             pthread_mutex_unlock(&r->install_mu);
@@ -356,6 +359,14 @@ void region_install_run(struct fmem_region *r, int pf, uint32_t first, uint32_t 
         un->zeroed = 0;
         un->flags = (uint8_t)((un->flags & (UF_REMOTE | UF_WRITTEN)) | (demand ? UF_REF : UF_AHEAD));
         un->unreached = !demand;
+        /* A unit never written is mapped writable, as dirty without pool
+         * space: most fresh memory is written soon (a new array), often
+         * after a read of it, and a write-protect fault each would cost a
+         * round trip to this thread. The writer takes such a unit as
+         * clean while it holds only zeros (settle_nochunk, flush_if_zero),
+         * so one never written still costs no chunk and no write-back. */
+        if (!remote[u - first])
+            un->flags |= UF_DIRTY;
         if (dirty && !(released >> (u - first) & 1)) {
             un->flags |= UF_DIRTY | UF_REF;
             /* the unit a write fault hit takes its chunk now; others
