@@ -2,13 +2,10 @@
  * keeps coming back to a few units spread over many eviction windows (a
  * sort, a hash join) while it streams through the rest must not lose them
  * every second turn of the CLOCK hand, nor with the cold neighbours the
- * writer drops along with a victim; nor may an eviction window take units
- * that came in after its victims. The data of every unit is checked on
+ * writer drops along with a victim. The data of every unit is checked on
  * each read. */
 #include <criterion/criterion.h>
 #include <stdint.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "region_fixture.h"
 
@@ -75,41 +72,4 @@ Test(region_hot, referenced_units_stay_when_their_window_is_evicted)
     cr_expect_lt(hot_faults, (uint64_t)cold * HOT / 256, "%llu faults on %d hot units for %zu cold reads",
                  (unsigned long long)hot_faults, HOT, cold);
     fmem_region_destroy(r);
-}
-
-/* An eviction window takes only the units the hand reaches next: units of
- * the victim's window that came in much later stay. Window 0's first half
- * comes in first, then window 1, then window 0's second half; the first
- * eviction's victims are the first half, and its window used to take the
- * second half along (the hand had cleared their reference bits while it
- * looked for a victim): re-reading it fetched 24-32 of its 64 units. */
-Test(region_hot, eviction_window_leaves_units_that_came_in_later)
-{
-    size_t cap = 2 * WINDOW_UNITS, size = (size_t)4 * WINDOW_UNITS * UNIT;
-    fmem_region *r = make(size, cap * UNIT, UNIT);
-    unsigned char *m = fmem_region_base(r);
-    size_t half = WINDOW_UNITS / 2;
-    for (size_t u = 0; u < half; u++)
-        memset(m + u * UNIT, (int)(u % 251 + 1), UNIT);
-    for (size_t u = WINDOW_UNITS; u < 2 * WINDOW_UNITS; u++)
-        memset(m + u * UNIT, (int)(u % 251 + 1), UNIT);
-    for (size_t u = half; u < WINDOW_UNITS; u++) /* fills the cache: evictions start */
-        memset(m + u * UNIT, (int)(u % 251 + 1), UNIT);
-    fmem_region_stats_t a, b;
-    do { /* the writer evicts on its own thread: let it settle */
-        cr_assert_eq(fmem_region_stats(r, &b), 0);
-        usleep(20000);
-        cr_assert_eq(fmem_region_stats(r, &a), 0);
-    } while (a.evictions != b.evictions);
-    cr_assert_gt(a.evictions, 0, "no eviction: the test proves nothing");
-    for (size_t u = half; u < WINDOW_UNITS; u++)
-        cr_assert_eq(m[u * UNIT + 100], (unsigned char)(u % 251 + 1), "unit %zu", u);
-    cr_assert_eq(fmem_region_stats(r, &b), 0);
-    /* units brought back (a fault fetches a group of them) */
-    uint64_t back = b.fetches + b.prefetches - a.fetches - a.prefetches;
-    cr_assert_leq(back, half / 8, "%llu of the %zu units that came in last were evicted",
-                  (unsigned long long)back, half);
-    for (size_t u = 0; u < 2 * WINDOW_UNITS; u++) /* and nothing was lost */
-        cr_assert_eq(m[u * UNIT + UNIT - 1], (unsigned char)(u % 251 + 1), "unit %zu", u);
-    cr_assert_eq(fmem_region_destroy(r), 0);
 }

@@ -226,23 +226,13 @@ static int finish_gap(struct fmem_region *r, uint32_t u)
  * eviction window with older victims lost it before use, fetched it
  * again and halved its read-ahead depth (region_policy.c). Only the hand
  * evicts such units (after passing one once, see region_cache.c), one at
- * a time; freed units go anyway. Units that came in lately or that the
- * hand just passed stay too: a window takes only units whose slots the
- * hand reaches within the next window's worth of slots (the ring is in
- * about arrival order), which it would take next anyway. A scan's window
- * neighbours came in with the victims and go with them; before, a window
- * also took the units the hand had just given a second chance, and a
- * program that comes back to arrays it wrote a while ago (pandas at 25 %
- * cache) lost units it still used: 17 % more evictions and 15 % more
- * write-backs than without windows. */
+ * a time; freed units go anyway. */
 static int window_keeps(struct fmem_region *r, uint32_t u)
 {
     const struct region_unit *un = &r->units[u];
     if (un->flags & UF_DISCARD)
         return 0;
-    uint32_t ahead = (un->slot + r->cap - r->hand) % r->cap; /* slots before the hand meets it */
-    return ahead >= r->window_units || (un->flags & UF_REF) || un->unreached || un->heat ||
-           !victim_space(r, u);
+    return (un->flags & UF_REF) || un->unreached || un->heat || !victim_space(r, u);
 }
 
 /* Claim the other cold resident units of the eviction window of each of
