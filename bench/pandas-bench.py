@@ -21,9 +21,11 @@ rounds (each keeps its best time):
               beyond that of the interpreter with numpy and pandas loaded
               and no data, or the region's pool peak if larger)
   region25    the same with 25 %
-With --vs-swap (root only): plain in a memory cgroup limited to the same
-50 % / 25 % of the working set plus the bare interpreter's memory, swapping
-to zram (lz4), next to the regions.
+With --vs-swap (root only): plain in a memory cgroup limited to what a
+region run keeps locally (the bare interpreter's cgroup charge, the working
+set beyond the array data, and the same 50 % / 25 % of the working set),
+swapping to zram (lz4), next to the regions; a run the kernel's OOM killer
+ends is reported as killed.
 
 The ratio is plain time / configuration time (1.0: as fast as plain), on
 wall time and on CPU time (the process's, every thread, the region's
@@ -231,6 +233,12 @@ def rmdir_retry(d):
     print(f"--vs-swap: cannot remove {d} (still lists a process that exited)", file=sys.stderr)
 
 
+class ChildFailed(RuntimeError):
+    def __init__(self, returncode, what):
+        super().__init__(what)
+        self.returncode = returncode
+
+
 def run_child(mode, csv, cache=0, cgroup=None):
     pre = None
     if cgroup:
@@ -240,7 +248,7 @@ def run_child(mode, csv, cache=0, cgroup=None):
     p = subprocess.run([sys.executable, "-c", CHILD, mode, csv, str(cache)],
                        capture_output=True, text=True, preexec_fn=pre)
     if p.returncode != 0:
-        raise RuntimeError(f"{mode}: exit {p.returncode}: {p.stderr[-2000:]}")
+        raise ChildFailed(p.returncode, f"{mode}: exit {p.returncode}: {p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -283,6 +291,7 @@ def main():
                 keep(f"region{pct}", run_child(f"region{pct}", csv, cache=ws * pct // 100))
             if rnd == 0:
                 base = best["plain"]
+        killed = {}  # swap runs the kernel ended: their cgroup limits
         if args.vs_swap:
             swap = Swap(2 * ws + (256 << 20))
             if swap.ok:
@@ -316,9 +325,11 @@ def main():
                         v0 = vmstat()
                         try:
                             r = run_child("plain", csv, cgroup=cg)
-                        except RuntimeError as e:  # the kernel's OOM killer
-                            print(f"--vs-swap {pct} %: limit {(other + ws * pct // 100) / 2**20:.0f}"
-                                  f" MiB: {e}", file=sys.stderr)
+                        except ChildFailed as e:
+                            if e.returncode != -9:  # not the kernel's OOM killer
+                                raise
+                            killed[f"swap{pct}"] = other + ws * pct // 100
+                            print(f"--vs-swap {pct} %: {e}", file=sys.stderr)
                             continue
                         v1 = vmstat()
                         r["cgroup_limit"] = other + ws * pct // 100
@@ -340,7 +351,7 @@ def main():
             if "cgroup_limit" in r:
                 peak = r["cgroup_peak"]
                 sw = r["swap"]
-                extra = (f"  cgroup limit {r['cgroup_limit'] / 2**20:.0f} MiB (interpreter "
+                extra = (f"  cgroup limit {r['cgroup_limit'] / 2**20:.0f} MiB (outside the arrays "
                          f"{r['cgroup_other'] / 2**20:.0f} MiB), peak "
                          f"{peak / 2**20 if peak is not None else float('nan'):.0f} MiB;"
                          f" swapped in {sw['pswpin']} out {sw['pswpout']} pages,"
@@ -366,6 +377,11 @@ def main():
                                if "region" in r else {})})
             if not ok:
                 print(f"  {name}: {r['check']} against {base['check']}", file=sys.stderr)
+        for name, limit in killed.items():
+            print(f"{name:9s} killed by the kernel (out of memory at a cgroup limit of "
+                  f"{limit / 2**20:.0f} MiB)")
+            results.append({"workload": "pandas", "config": name, "rows": args.rows,
+                            "killed": True, "cgroup_limit": limit, "working_set": ws})
         for pct in (50, 25):
             if f"swap{pct}" in best:
                 v = best[f"swap{pct}"]["seconds"] / best[f"region{pct}"]["seconds"]
