@@ -48,6 +48,14 @@ FMEM_API int64_t fmem_hooks_python_release_empty_pools(void);
  * the pool empties and is rebuilt). Same returns and conditions as
  * fmem_hooks_python_release_empty_pools(). */
 FMEM_API int64_t fmem_hooks_python_release_free_pages(void);
+/* With the GIL held, after those two: make pages of used pools whose live
+ * bytes do not overlap share one physical page (CoRM-style: the live bytes
+ * of one are copied into the other, which is then mapped at both
+ * addresses; docs/far-memory.md). Pools with a shared page stay in use
+ * for good (their count holds one more). Returns the bytes given back;
+ * FMEM_ENOTSUP as above or when the arenas' memory cannot be mapped twice
+ * (a mem: pool). */
+FMEM_API int64_t fmem_hooks_python_share_pages(void);
 
 /* numpy's data memory handler (NEP 49, numpy >= 1.22): a new reference to
  * a "mem_handler" capsule whose functions allocate array data through b;
