@@ -268,6 +268,14 @@ static int64_t pm_release_empty_pool(struct pm_pool_header *h)
      * page is never empty (its count holds one more). */
     if (h->ref.count != 0 || h->szidx == PM_NO_CLASS || h->nextoffset == 0)
         return 0;
+    /* A pool is in its arena's free pools only if its free list has two
+     * blocks or more (pymalloc empties a pool there only when the list was
+     * not empty before the last free). A pool that was full (off
+     * usedpools, as page release can leave one with a single object) goes
+     * back to usedpools by that free with count 0 and a one-block list: it
+     * is still in use for pymalloc, which reads szidx to relink it. */
+    if (!h->freeblock || !*(void *const *)h->freeblock)
+        return 0;
     if (madvise((char *)h + PM_HEAD_PAGE, PM_POOL - PM_HEAD_PAGE, MADV_REMOVE) != 0)
         return errno == EINVAL || errno == EOPNOTSUPP ? FMEM_ENOTSUP : FMEM_EIO;
     h->szidx = PM_NO_CLASS;

@@ -14,10 +14,13 @@
  *   and into its header (page 0), which the partner's bytes avoid;
  * - its count holds one extra allocation per shared page, so pymalloc
  *   never finds it empty: it is never rebuilt for another size class and
- *   its arena is never freed. It stays in usedpools (or is full) and keeps
- *   serving its class. The extra count is never taken back. */
+ *   its arena is never freed while the page is shared. It stays in
+ *   usedpools (or is full) and keeps serving its class. Once it holds no
+ *   object, python_unshare.c gives its pages memory of their own again and
+ *   takes the extra count back through pymalloc's own free. */
 #include "fmem_hooks_python.h"
 #include "python_pools.h"
+#include "python_share.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -25,124 +28,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-/* ---- the table of shared pages: page address -> role -------------------- */
-#define SH_OWNER ((uintptr_t)0) /* a page others map */
-#define SH_LOCAL ((uintptr_t)1) /* an alias whose owner's arena was freed */
-
-struct share_ent {
-    uintptr_t page;  /* 0: empty slot */
-    uintptr_t owner; /* SH_OWNER, SH_LOCAL, or the owner page it maps */
-};
-
-static struct share_ent *tab;
-static size_t tab_cap, tab_n, tab_aliases;
-static pid_t tab_pid;
-
-static size_t tab_slot(uintptr_t page)
-{
-    size_t i = (size_t)((page >> 12) * 0x9E3779B97F4A7C15ull) & (tab_cap - 1);
-    while (tab[i].page && tab[i].page != page)
-        i = (i + 1) & (tab_cap - 1);
-    return i;
-}
-
-static const struct share_ent *tab_find(uintptr_t page)
-{
-    if (!tab_n)
-        return NULL;
-    size_t i = tab_slot(page);
-    return tab[i].page ? &tab[i] : NULL;
-}
-
-static int tab_put(uintptr_t page, uintptr_t owner)
-{
-    if (2 * (tab_n + 1) > tab_cap) {
-        size_t cap = tab_cap ? 2 * tab_cap : 1024;
-        struct share_ent *old = tab, *t = calloc(cap, sizeof *t);
-        if (!t)
-            return FMEM_ENOMEM;
-        size_t oldcap = tab_cap;
-        tab = t;
-        tab_cap = cap;
-        for (size_t i = 0; i < oldcap; i++)
-            if (old[i].page)
-                tab[tab_slot(old[i].page)] = old[i];
-        free(old);
-    }
-    size_t i = tab_slot(page);
-    if (!tab[i].page)
-        tab_n++;
-    tab[i] = (struct share_ent){page, owner};
-    return 0;
-}
-
-unsigned pm_shared_pages(const struct pm_pool_header *h)
-{
-    unsigned bits = 0;
-    if (!tab_n)
-        return 0;
-    for (size_t p = 0; p < PM_PAGES; p++)
-        if (tab_find((uintptr_t)h + p * PM_HEAD_PAGE))
-            bits |= 1u << p;
-    return bits;
-}
-
-/* An arena is freed (or cached by the heap for reuse): its alias pages
- * get a private zero page (the heap may hand the range out again), and
- * alias pages elsewhere that map one of its pages get a private copy.
- * pymalloc frees an arena only when all its pools are empty, which a pool
- * with a shared page never is, so this is a safety net. In a fork child
- * the mappings are private copies already: only the table changes. */
-void pm_share_arena_gone(char *p, size_t size)
-{
-    if (!tab_n)
-        return;
-    uintptr_t lo = (uintptr_t)p, hi = lo + size;
-    int child = tab_pid != getpid();
-    static char buf[PM_HEAD_PAGE];
-    for (size_t i = 0; i < tab_cap; i++) {
-        struct share_ent *e = &tab[i];
-        if (!e->page || e->page < lo || e->page >= hi)
-            continue;
-        if (e->owner == SH_OWNER) {
-            for (size_t j = 0; j < tab_cap; j++) {
-                struct share_ent *a = &tab[j];
-                if (!a->page || a->owner != e->page)
-                    continue;
-                if (!child) {
-                    memcpy(buf, (void *)a->page, PM_HEAD_PAGE);
-                    if (mmap((void *)a->page, PM_HEAD_PAGE, PROT_READ | PROT_WRITE,
-                             MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
-                        fprintf(stderr, "fmem: python: a page shared with a freed arena "
-                                        "could not be copied\n");
-                    else
-                        memcpy((void *)a->page, buf, PM_HEAD_PAGE);
-                }
-                a->owner = SH_LOCAL;
-                tab_aliases--;
-            }
-        } else if (!child && e->owner != SH_LOCAL) {
-            mmap((void *)e->page, PM_HEAD_PAGE, PROT_READ | PROT_WRITE,
-                 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        }
-        if (e->owner > SH_LOCAL)
-            tab_aliases--;
-    }
-    /* drop the arena's entries: rebuild the table without them */
-    struct share_ent *old = tab;
-    size_t oldcap = tab_cap;
-    tab = calloc(oldcap, sizeof *tab);
-    if (!tab) { /* keep them: they only keep pages out of later passes */
-        tab = old;
-        return;
-    }
-    tab_n = 0;
-    for (size_t i = 0; i < oldcap; i++)
-        if (old[i].page && (old[i].page < lo || old[i].page >= hi))
-            tab[tab_slot(old[i].page)] = old[i], tab_n++;
-    free(old);
-}
 
 /* ---- candidates: resident pages of used pools and their live bytes ------- */
 #define UNIT 16 /* every block starts and ends on a 16-byte boundary */
@@ -269,11 +154,12 @@ static int merge_into(struct group *g, struct cand *b)
     char *A = page_of(g->owner), *B = page_of(b);
     if (!g->cut && pool_prepare(g->owner, &fl) != 0)
         return 0;
-    void *t = mremap(B, 0, PM_HEAD_PAGE, MREMAP_MAYMOVE); /* B's own file page */
+    /* B's own file page, kept mapped (punched) to be mapped back later */
+    void *t = mremap(B, 0, PM_HEAD_PAGE, MREMAP_MAYMOVE);
     if (t == MAP_FAILED)
         return errno == EINVAL ? FMEM_ENOTSUP : FMEM_ENOMEM;
     if (!g->cut) {
-        if (tab_put((uintptr_t)A, SH_OWNER) != 0) {
+        if (!share_add((uintptr_t)A)) {
             munmap(t, PM_HEAD_PAGE);
             return FMEM_ENOMEM;
         }
@@ -281,37 +167,42 @@ static int merge_into(struct group *g, struct cand *b)
         g->cut = 1;
     }
     /* b's list is read after the owner's pool changed: they may be one */
-    if (pool_prepare(b, &fl) != 0 || tab_put((uintptr_t)B, (uintptr_t)A) != 0) {
+    struct share_ent *e;
+    if (pool_prepare(b, &fl) != 0 || !(e = share_add((uintptr_t)B))) {
         munmap(t, PM_HEAD_PAGE);
         return 0;
     }
+    e->owner = (uintptr_t)A;
+    e->t = t;
     for (size_t u = 0; u < UNITS;) { /* b's live runs to the same offsets of A */
         if (!(b->m[u / 64] & (1ull << (u % 64)))) {
             u++;
             continue;
         }
-        size_t e = u;
-        while (e < UNITS && (b->m[e / 64] & (1ull << (e % 64))))
-            e++;
-        memcpy(A + u * UNIT, B + u * UNIT, (e - u) * UNIT);
-        u = e;
+        size_t end = u;
+        while (end < UNITS && (b->m[end / 64] & (1ull << (end % 64))))
+            end++;
+        memcpy(A + u * UNIT, B + u * UNIT, (end - u) * UNIT);
+        u = end;
     }
     if (mremap(A, 0, PM_HEAD_PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, B) == MAP_FAILED) {
         /* B still maps its own page and holds its bytes; A got copies in
-         * units nobody uses. B is marked shared: it stays out of later
-         * passes (and its pool gets the extra count it is marked with) */
+         * units nobody uses. B stays in the table as a private page
+         * (SH_LOCAL), out of later passes, with the extra count */
         munmap(t, PM_HEAD_PAGE);
+        e->owner = SH_LOCAL;
+        e->t = NULL;
         pool_cut(b, &fl);
         return FMEM_ENOMEM;
     }
     madvise(t, PM_HEAD_PAGE, MADV_REMOVE);
-    munmap(t, PM_HEAD_PAGE);
     pool_cut(b, &fl);
+    share_find((uintptr_t)A)->naliases++;
+    share_aliases++;
     for (size_t w = 0; w < WORDS; w++)
         g->u[w] |= b->m[w];
     g->nunits += b->nunits;
     g->naliases++;
-    tab_aliases++;
     return 1;
 }
 
@@ -331,8 +222,9 @@ static size_t alias_budget(void)
             fclose(f);
         }
     }
-    /* each alias splits its arena's mapping: up to two more mappings */
-    return max / 4 > tab_aliases ? max / 4 - tab_aliases : 0;
+    /* each alias splits its arena's mapping (up to two more mappings) and
+     * keeps its own page mapped (one more) */
+    return max / 6 > share_aliases ? max / 6 - share_aliases : 0;
 }
 
 FMEM_API int64_t fmem_hooks_python_share_pages(void)
@@ -358,8 +250,8 @@ FMEM_API int64_t fmem_hooks_python_share_pages(void)
         free(cv);
         return err;
     }
-    if (!tab_pid)
-        tab_pid = getpid();
+    if (!share_pid)
+        share_pid = getpid();
     qsort(cv, ncand, sizeof *cv, by_units_desc);
     struct group *gv = malloc(ncand * sizeof *gv);
     if (!gv) {

@@ -67,6 +67,7 @@ PyObject *fp_compact(PyObject *module, PyObject *args, PyObject *kw)
                 total += got; /* heaps that cannot be compacted are skipped */
         }
     if (cands[0]) {
+        fmem_hooks_python_unshare_empty_pools(); /* pools whose objects are gone */
         int64_t got = fmem_hooks_python_release_empty_pools();
         if (got > 0)
             total += got; /* skipped where not supported */
