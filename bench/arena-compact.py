@@ -5,10 +5,13 @@ fmem.compact(): far-memory bytes held at the end.
 Each configuration is a fresh interpreter with install_arena_allocator() on
 a shm pool (compactable heap). The workload builds large dicts of small
 objects, keeps every k-th value and drops the dicts, --rounds times. At the
-end "off" reads the pool's allocated bytes; "on" calls fmem.compact() first
-(and reports what it gave back and how long it took); "empty" calls only
-fmem.release_empty_pools() (what compact() gave back before it also
-released pages of used pools). The arena hook holds
+end "off" reads the pool's allocated bytes; "on" calls
+fmem.compact(share_pages=False) first (and reports what it gave back and
+how long it took); "shared" calls fmem.compact(), which then also merges
+pages of different pools whose live bytes do not overlap into one
+physical page; "empty" calls only fmem.release_empty_pools() (what
+compact() gave back before it also released pages of used pools). Every
+kept object is checked after compaction. The arena hook holds
 pymalloc's arenas (1 MiB, or 256 KiB before Python 3.10), each one a large
 heap object, not slab objects: what compaction can merge there is shown
 here as measured. The last line gives pymalloc's own account at the end
@@ -19,8 +22,8 @@ pool's data file in /dev/shm (release_empty_pools), and the 4 KiB pages of
 used pools that hold no live block, inside blocks that stay allocated:
 "given back" is what the file's allocated size shrank by during
 compact(), "held" the pool's allocated bytes minus that. Each pool's
-first page (its header) stays, so page release ends at or above a quarter
-of the arenas' bytes: that bound is printed too.
+first page (its header) stays, so page release without sharing ends at or
+above a quarter of the arenas' bytes: that bound is printed too.
 
     bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5] [--json FILE]
 """
@@ -89,7 +92,7 @@ for line in text.splitlines():
         pm["arenas"] = int(val)
 print(json.dumps({"before": before, "after": after, "got": got, "ms": ms,
                   "file_before": file_before, "file_after": file_after,
-                  "merges": s["heap_merges"], "kept": len(kept),
+                  "merges": s["heap_merges"], "kept": len(kept), "shared_pages": s["shared_pages"],
                   "large": s["heap_large"], "slabs": s["heap_slabs"], "pymalloc": pm}))
 """
 
@@ -128,7 +131,8 @@ def main():
           f"{off['held'] / max(empty['held'], 1):.2f}x")
     print(f"far-memory bytes held, off / on: {off['held'] / max(on['held'], 1):.2f}x "
           f"(pool allocations alone: {off['after'] / max(on['after'], 1):.2f}x)")
-    print(f"far-memory bytes held, off / shared: {off['held'] / max(shared['held'], 1):.2f}x")
+    print(f"far-memory bytes held, off / shared: {off['held'] / max(shared['held'], 1):.2f}x "
+          f"({shared['shared_pages']} pages mapping another pool's page)")
     pm = off.get("pymalloc", {})
     if pm.get("block_bytes"):
         # what no scheme that leaves objects where they are can beat: the

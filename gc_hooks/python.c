@@ -7,10 +7,12 @@
 #include "python_pools.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 /* One installation: the binding and the allocator it wraps, freed with
@@ -220,6 +222,82 @@ static int pm_layout_ok(const struct py_arena_hook *k)
     return seen > 0;
 }
 
+/* ---- blocks nobody can use ------------------------------------------------
+ * Page release and page sharing take free blocks off a pool's free list
+ * for good (until pymalloc sets the pool up again). Such a block looks
+ * allocated (carved, not on the list), so a later pass would count its
+ * bytes as live; a block reaching into a released page would keep the page
+ * it starts on from being released or shared. Two signs tell them apart:
+ * - A block whose first page is not resident (mincore) is not live: every
+ *   block pymalloc hands out had its first word written (the list link when
+ *   it was carved or freed; the first block of a new pool is on page 0),
+ *   and a page is released only when no live block touches it. This holds
+ *   while the pool's file pages cannot be swapped out (a swapped shmem
+ *   page is not resident either), so it is used only when the system has
+ *   no swap space (/proc/swaps, read once per pass).
+ * - A block taken off the list gets a mark in its first 16 bytes (when its
+ *   first page stays the pool's own): a value made from a per-process
+ *   random secret, the block's address and its size, whose first word is
+ *   no pointer (bits 0 and 63 set). pymalloc writes a link (NULL or a
+ *   block's address) into the first word of every block it hands out
+ *   (carved or freed before), so a block that still holds its mark was not
+ *   handed out since it was marked. */
+static uint64_t pm_secret[2];
+static int pm_noswap;
+
+void pm_swap_check(void)
+{
+    FILE *f = fopen("/proc/swaps", "r");
+    int lines = 0, c;
+    if (f) {
+        while ((c = getc(f)) != EOF)
+            lines += c == '\n';
+        fclose(f);
+    }
+    pm_noswap = f && lines == 1; /* the header only */
+}
+
+static void pm_magic(uintptr_t at, size_t size, uint64_t m[2])
+{
+    if (!pm_secret[0]) {
+        if (getrandom(pm_secret, sizeof pm_secret, GRND_NONBLOCK) != (ssize_t)sizeof pm_secret) {
+            pm_secret[0] = (uint64_t)(uintptr_t)&pm_secret ^ (uint64_t)getpid() << 32;
+            pm_secret[1] = pm_secret[0] * 0x9E3779B97F4A7C15ull;
+        }
+        pm_secret[0] |= 1;
+    }
+    m[0] = (pm_secret[0] ^ (at * 0x9E3779B97F4A7C15ull) ^ size) | 0x8000000000000001ull;
+    m[1] = pm_secret[1] ^ (at * 0xC2B2AE3D27D4EB4Full);
+}
+
+static void pm_mark_dead(char *block, size_t size)
+{
+    uint64_t m[2];
+    pm_magic((uintptr_t)block, size, m);
+    memcpy(block, m, sizeof m);
+}
+
+unsigned pm_resident(const struct pm_pool_header *h)
+{
+    unsigned char v[PM_PAGES];
+    unsigned bits = 0;
+    if (mincore((void *)h, PM_POOL, v) != 0)
+        return (1u << PM_PAGES) - 1; /* all resident: no block is dead by it */
+    for (size_t p = 0; p < PM_PAGES; p++)
+        if (v[p] & 1)
+            bits |= 1u << p;
+    return bits;
+}
+
+int pm_block_dead(const struct pm_pool_header *h, size_t off, size_t size, unsigned resident)
+{
+    if (!(resident & (1u << (off / PM_HEAD_PAGE))))
+        return pm_noswap;
+    uint64_t m[2];
+    pm_magic((uintptr_t)h + off, size, m);
+    return memcmp((const char *)h + off, m, sizeof m) == 0;
+}
+
 const struct pm_arena *pm_arenas(size_t *n, int *err)
 {
     *n = 0;
@@ -233,6 +311,7 @@ const struct pm_arena *pm_arenas(size_t *n, int *err)
         return NULL;
     }
     *n = k->narenas;
+    pm_swap_check();
     return k->arenas;
 }
 
@@ -355,8 +434,9 @@ static unsigned pm_free_pages(const struct pm_pool_header *h, size_t size,
     for (size_t p = 1; p < PM_PAGES && p * PM_HEAD_PAGE < limit; p++)
         dead |= 1u << p;
     dead &= ~shared;
+    unsigned resident = dead ? pm_resident(h) : 0;
     for (size_t i = 0; i < (size_t)carved && dead; i++)
-        if (!fl->isfree[i]) {
+        if (!fl->isfree[i] && !pm_block_dead(h, PM_OVERHEAD + i * size, size, resident)) {
             size_t first = (PM_OVERHEAD + i * size) / PM_HEAD_PAGE,
                    last = (PM_OVERHEAD + (i + 1) * size - 1) / PM_HEAD_PAGE;
             for (size_t p = first; p <= last; p++)
@@ -409,12 +489,15 @@ void pm_drop_pages(struct pm_pool_header *h, size_t size, unsigned gone,
 {
     int was_linked = h->freeblock != NULL;
     size_t limit = pm_tail_limit(h, size, gone);
+    unsigned foreign = gone | pm_shared_pages(h); /* no marks written there */
     void **link = &h->freeblock;
     for (size_t j = 0; j < fl->n; j++) {
         size_t off = PM_OVERHEAD + fl->order[j] * size;
         if (!pm_on_dead_page(off, size, gone)) {
             *link = (char *)h + off;
             link = (void **)((char *)h + off);
+        } else if (!(foreign & (1u << (off / PM_HEAD_PAGE)))) {
+            pm_mark_dead((char *)h + off, size);
         }
     }
     *link = NULL;

@@ -62,6 +62,14 @@ void pm_drop_pages(struct pm_pool_header *h, size_t size, unsigned gone,
 int pm_unlink_unsafe(const struct pm_pool_header *h, size_t size, unsigned gone,
                      const struct pm_free_list *fl);
 
+/* Pages of pool h that are resident (bit p for page p). */
+unsigned pm_resident(const struct pm_pool_header *h);
+/* Is the carved block at off (not on the free list) one nobody can use
+ * (python.c, "blocks nobody can use")? resident: pm_resident(h). */
+int pm_block_dead(const struct pm_pool_header *h, size_t off, size_t size, unsigned resident);
+/* Read whether the system has swap space (once per pass; pm_arenas). */
+void pm_swap_check(void);
+
 /* The arenas the arena hook placed in far memory, checked (NULL and 0
  * when there are none, in a fork child, or the layout is not the one
  * checked: *err then says FMEM_ENOTSUP, else 0). */

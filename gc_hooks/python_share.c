@@ -70,11 +70,14 @@ static int pool_cands(struct pm_pool_header *h, struct cand **cv, size_t *n, siz
     unsigned char res[PM_PAGES];
     if (mincore(h, PM_POOL, res) != 0)
         return 0;
+    unsigned resident = 0;
+    for (unsigned p = 0; p < PM_PAGES; p++)
+        resident |= (res[p] & 1u) << p;
     uint64_t m[PM_PAGES][WORDS];
     memset(m, 0, sizeof m);
     mask_range(m[0], 0, PM_OVERHEAD / UNIT);
     for (size_t i = 0; i < (size_t)carved; i++)
-        if (!fl.isfree[i]) {
+        if (!fl.isfree[i] && !pm_block_dead(h, PM_OVERHEAD + i * size, size, resident)) {
             size_t from = PM_OVERHEAD + i * size, to = from + size;
             for (size_t p = from / PM_HEAD_PAGE; p <= (to - 1) / PM_HEAD_PAGE; p++) {
                 size_t a = from > p * PM_HEAD_PAGE ? from - p * PM_HEAD_PAGE : 0,
@@ -207,7 +210,7 @@ static int merge_into(struct group *g, struct cand *b)
 }
 
 /* ---- the pass --------------------------------------------------------------- */
-#define WINDOW 128 /* open groups a page is tried against (the newest) */
+#define WINDOW 4096 /* open groups a page is tried against (the newest) */
 
 static size_t alias_budget(void)
 {

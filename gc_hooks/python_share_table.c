@@ -82,3 +82,8 @@ unsigned pm_shared_pages(const struct pm_pool_header *h)
             bits |= 1u << p;
     return bits;
 }
+
+FMEM_API size_t fmem_hooks_python_shared_pages(void)
+{
+    return share_aliases;
+}

@@ -61,6 +61,8 @@ FMEM_API int64_t fmem_hooks_python_share_pages(void);
  * get memory of their own for those pages again and are handed back to
  * pymalloc as empty (which may free their arena). Returns how many. */
 FMEM_API int64_t fmem_hooks_python_unshare_empty_pools(void);
+/* Pages of pools that now map another pool's page (with the GIL held). */
+FMEM_API size_t fmem_hooks_python_shared_pages(void);
 
 /* numpy's data memory handler (NEP 49, numpy >= 1.22): a new reference to
  * a "mem_handler" capsule whose functions allocate array data through b;
