@@ -210,7 +210,7 @@ static int merge_into(struct group *g, struct cand *b)
 }
 
 /* ---- the pass --------------------------------------------------------------- */
-#define WINDOW 4096 /* open groups a page is tried against (the newest) */
+#define WINDOW 512 /* open groups a page is tried against (the newest) */
 
 static size_t alias_budget(void)
 {
