@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 /* One installation: the binding and the allocator it wraps, freed with
@@ -232,9 +234,11 @@ static int pm_layout_ok(const struct py_arena_hook *k)
  *   block pymalloc hands out had its first word written (the list link when
  *   it was carved or freed; the first block of a new pool is on page 0),
  *   and a page is released only when no live block touches it. This holds
- *   while the pool's file pages cannot be swapped out (a swapped shmem
- *   page is not resident either), so it is used only when the system has
- *   no swap space (/proc/swaps, read once per pass).
+ *   while the pool's file pages cannot leave memory: so it is used only
+ *   when the arenas' file is on tmpfs (a page of a file on disk can be
+ *   written back and dropped) and the system has no swap space (a
+ *   swapped-out tmpfs page is not resident either; /proc/swaps, read once
+ *   per pass).
  * - A block taken off the list gets a mark in its first 16 bytes (when its
  *   first page stays the pool's own): a value made from a per-process
  *   random secret, the block's address and its size, whose first word is
@@ -245,7 +249,38 @@ static int pm_layout_ok(const struct py_arena_hook *k)
 static uint64_t pm_secret[2];
 static int pm_noswap;
 
-void pm_swap_check(void)
+/* Is the file that maps address a on tmpfs (/proc/self/maps names it;
+ * the directory it was in says the file system, even once it is
+ * unlinked)? Asked once: the arenas' pool does not change. */
+static int pm_on_tmpfs(uintptr_t a)
+{
+    static int state; /* 0: not asked, 1: tmpfs, -1: not or unknown */
+    if (state)
+        return state == 1;
+    state = -1;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) < 2 || a < lo || a >= hi)
+            continue;
+        char *path = line + at, *slash = strrchr(path, '/');
+        struct statfs fs;
+        if (at && path[0] == '/' && slash) {
+            *slash = '\0';
+            if (statfs(slash == path ? "/" : path, &fs) == 0 && fs.f_type == TMPFS_MAGIC)
+                state = 1;
+        }
+        break;
+    }
+    fclose(f);
+    return state == 1;
+}
+
+void pm_residency_check(uintptr_t a)
 {
     FILE *f = fopen("/proc/swaps", "r");
     int lines = 0, c;
@@ -254,7 +289,7 @@ void pm_swap_check(void)
             lines += c == '\n';
         fclose(f);
     }
-    pm_noswap = f && lines == 1; /* the header only */
+    pm_noswap = f && lines == 1 && pm_on_tmpfs(a); /* the header only */
 }
 
 static void pm_magic(uintptr_t at, size_t size, uint64_t m[2])
@@ -311,7 +346,7 @@ const struct pm_arena *pm_arenas(size_t *n, int *err)
         return NULL;
     }
     *n = k->narenas;
-    pm_swap_check();
+    pm_residency_check((uintptr_t)k->arenas[0].p);
     return k->arenas;
 }
 

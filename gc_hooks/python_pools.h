@@ -67,8 +67,10 @@ unsigned pm_resident(const struct pm_pool_header *h);
 /* Is the carved block at off (not on the free list) one nobody can use
  * (python.c, "blocks nobody can use")? resident: pm_resident(h). */
 int pm_block_dead(const struct pm_pool_header *h, size_t off, size_t size, unsigned resident);
-/* Read whether the system has swap space (once per pass; pm_arenas). */
-void pm_swap_check(void);
+/* Whether a block whose first page is not resident is not live: the
+ * arenas' file (the one mapping a) is on tmpfs and the system has no swap
+ * space. Asked once per pass (pm_arenas). */
+void pm_residency_check(uintptr_t a);
 
 /* The arenas the arena hook placed in far memory, checked (NULL and 0
  * when there are none, in a fork child, or the layout is not the one
