@@ -306,8 +306,9 @@ def test_shared_pages_keep_every_object(malloc):
     alias mappings appear, more bytes leave the file). Every kept object
     stays intact; 30 rounds of new objects of the same size classes (into
     the pools whose pages are shared) and frees of old ones never overwrite
-    a partner's object; compaction after each round; everything freed, the
-    arenas without shared pages go back, and new objects still work. Fails
+    a partner's object; compaction after each round; everything freed:
+    compact() undoes the sharing of the pools left without objects (most
+    alias pages go) and their arenas go back, and new objects still work. Fails
     on the code before page sharing (compact() has no share_pages, and no
     page is mapped twice)."""
     out = run(MAPS + r"""
@@ -341,15 +342,19 @@ for r in range(30):
         assert s == str(i) * (1 + i % 9) and l == [i] * (1 + i % 40) and f == float(i), (r2, i)
     rng.shuffle(live)
     del live[: len(live) // 2]
-arenas = fmem.arena_allocator_stats()["heap_large"]
+st = fmem.arena_allocator_stats()
+arenas, shared = st["heap_large"], st["shared_pages"]
+assert shared > 50, shared
 del kept, more, live
 gc.collect()
-fmem.compact()
-left = fmem.arena_allocator_stats()["heap_large"]
-assert left < arenas, (left, arenas)  # arenas without shared pages were freed
+fmem.compact()  # pools left without objects stop sharing and empty
+st = fmem.arena_allocator_stats()
+left = st["heap_large"]
+assert st["shared_pages"] < shared // 2, (st["shared_pages"], shared)
+assert left < arenas, (left, arenas)  # their arenas were freed
 again = build("c", n=100000, keep=10)
 check(again)
-print("ok", got, alias_maps(), arenas, left)
+print("ok", got, alias_maps(), shared, st["shared_pages"], arenas, left)
 fmem.unlink(uri)
 """, malloc)
     assert out.startswith("ok"), out
