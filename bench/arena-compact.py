@@ -5,10 +5,13 @@ fmem.compact(): far-memory bytes held at the end.
 Each configuration is a fresh interpreter with install_arena_allocator() on
 a shm pool (compactable heap). The workload builds large dicts of small
 objects, keeps every k-th value and drops the dicts, --rounds times. At the
-end "off" reads the pool's allocated bytes; "on" calls fmem.compact() first
-(and reports what it gave back and how long it took); "empty" calls only
-fmem.release_empty_pools() (what compact() gave back before it also
-released pages of used pools). The arena hook holds
+end "off" reads the pool's allocated bytes; "on" calls
+fmem.compact(share_pages=False) first (and reports what it gave back and
+how long it took); "shared" calls fmem.compact(), which then also merges
+pages of different pools whose live bytes do not overlap into one
+physical page; "empty" calls only fmem.release_empty_pools() (what
+compact() gave back before it also released pages of used pools). Every
+kept object is checked after compaction. The arena hook holds
 pymalloc's arenas (1 MiB, or 256 KiB before Python 3.10), each one a large
 heap object, not slab objects: what compaction can merge there is shown
 here as measured. The last line gives pymalloc's own account at the end
@@ -19,8 +22,8 @@ pool's data file in /dev/shm (release_empty_pools), and the 4 KiB pages of
 used pools that hold no live block, inside blocks that stay allocated:
 "given back" is what the file's allocated size shrank by during
 compact(), "held" the pool's allocated bytes minus that. Each pool's
-first page (its header) stays, so page release ends at or above a quarter
-of the arenas' bytes: that bound is printed too.
+first page (its header) stays, so page release without sharing ends at or
+above a quarter of the arenas' bytes: that bound is printed too.
 
     bindings/python/pyrun bench/arena-compact.py [--objects 200000] [--rounds 5] [--json FILE]
 """
@@ -53,10 +56,15 @@ file_before = file_bytes()
 got, ms = 0, 0.0
 if mode != "off":
     t = time.perf_counter()
-    got = fmem.compact() if mode == "on" else fmem.release_empty_pools()
+    if mode == "empty":
+        got = fmem.release_empty_pools()
+    else:  # "on": pages of pools released; "shared": then pages shared too
+        got = fmem.compact(share_pages=mode == "shared")
     ms = (time.perf_counter() - t) * 1e3
 after = pool.stats()["allocated_bytes"]
 file_after = file_bytes()
+for i, si, li in kept:  # every kept object still reads as it was built
+    assert si == str(i) and li == [i], (i, si, li)
 fmem.unlink(uri)
 s = fmem.arena_allocator_stats()
 # pymalloc's own account (sys._debugmallocstats writes it to C stderr)
@@ -84,7 +92,7 @@ for line in text.splitlines():
         pm["arenas"] = int(val)
 print(json.dumps({"before": before, "after": after, "got": got, "ms": ms,
                   "file_before": file_before, "file_after": file_after,
-                  "merges": s["heap_merges"], "kept": len(kept),
+                  "merges": s["heap_merges"], "kept": len(kept), "shared_pages": s["shared_pages"],
                   "large": s["heap_large"], "slabs": s["heap_slabs"], "pymalloc": pm}))
 """
 
@@ -103,19 +111,19 @@ def main():
     ap.add_argument("--keep", type=int, default=8, help="keep every k-th value")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = ap.parse_args()
-    off, empty, on = run(args, "off"), run(args, "empty"), run(args, "on")
+    off, empty, on, shared = (run(args, m) for m in ("off", "empty", "on", "shared"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"bench": "arena-compact", "objects": args.objects, "rounds": args.rounds,
                        "keep": args.keep, "python": sys.version.split()[0], "off": off,
-                       "empty": empty, "on": on}, f)
+                       "empty": empty, "on": on, "shared": shared}, f)
     print(f"arena-compact: {args.rounds} dicts of {args.objects} entries, every "
           f"{args.keep}th value kept ({on['kept']} objects), Python {sys.version.split()[0]}")
-    for r in (off, empty, on):  # pages given back to the file inside allocated blocks
+    for r in (off, empty, on, shared):  # pages given back to the file inside allocated blocks
         r["held"] = r["after"] - max(r["file_before"] - r["file_after"], 0)
     print(f"{'config':<8} {'pool MiB':>9} {'given back':>11} {'held MiB':>9} {'arenas':>7} "
           f"{'slabs':>6} {'merges':>7} {'compact ms':>11}")
-    for name, r in (("off", off), ("empty", empty), ("on", on)):
+    for name, r in (("off", off), ("empty", empty), ("on", on), ("shared", shared)):
         print(f"{name:<8} {r['after'] / 2**20:9.1f} {(r['after'] - r['held']) / 2**20:11.1f} "
               f"{r['held'] / 2**20:9.1f} {r['large']:7d} {r['slabs']:6d} {r['merges']:7d} "
               f"{r['ms']:11.2f}")
@@ -123,6 +131,8 @@ def main():
           f"{off['held'] / max(empty['held'], 1):.2f}x")
     print(f"far-memory bytes held, off / on: {off['held'] / max(on['held'], 1):.2f}x "
           f"(pool allocations alone: {off['after'] / max(on['after'], 1):.2f}x)")
+    print(f"far-memory bytes held, off / shared: {off['held'] / max(shared['held'], 1):.2f}x "
+          f"({shared['shared_pages']} pages mapping another pool's page)")
     pm = off.get("pymalloc", {})
     if pm.get("block_bytes"):
         # what no scheme that leaves objects where they are can beat: the
@@ -134,7 +144,7 @@ def main():
     # pymalloc's pool headers (the first 4 KiB of each 16 KiB pool) stay
     heads = on["large"] * (1 << 20) // 4
     print(f"pool header pages: {heads / 2**20:.1f} MiB; ceiling for releasing pages "
-          f"of pools: {off['held'] / max(heads, 1):.2f}x")
+          f"of pools without sharing them: {off['held'] / max(heads, 1):.2f}x")
 
 
 if __name__ == "__main__":

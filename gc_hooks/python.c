@@ -4,12 +4,17 @@
  * go to the saved one. Only the public fmem_hooks API is used here. */
 #define PY_SSIZE_T_CLEAN
 #include "fmem_hooks_python.h"
+#include "python_pools.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 /* One installation: the binding and the allocator it wraps, freed with
@@ -28,10 +33,7 @@ struct py_arena_hook {
     fmem_hooks *b;
     PyObjectArenaAllocator old;
     /* the arenas placed in the heap (changed with the GIL held) */
-    struct py_arena {
-        char *p;
-        size_t size;
-    } *arenas;
+    struct pm_arena *arenas;
     size_t narenas, cap;
     pid_t pid; /* the process that installed the hook */
 };
@@ -101,13 +103,13 @@ static void *arena_alloc(void *ctx, size_t size)
         return p;
     if (k->narenas == k->cap) { /* untracked if this fails: never released */
         size_t cap = k->cap ? 2 * k->cap : 64;
-        struct py_arena *a = realloc(k->arenas, cap * sizeof *a);
+        struct pm_arena *a = realloc(k->arenas, cap * sizeof *a);
         if (!a)
             return p;
         k->arenas = a;
         k->cap = cap;
     }
-    k->arenas[k->narenas++] = (struct py_arena){p, size};
+    k->arenas[k->narenas++] = (struct pm_arena){p, size};
     return p;
 }
 
@@ -118,6 +120,7 @@ static void arena_free(void *ctx, void *p, size_t size)
         return;
     for (size_t i = k->narenas; i-- > 0;)
         if (k->arenas[i].p == p) {
+            pm_share_arena_gone(p, k->arenas[i].size);
             k->arenas[i] = k->arenas[--k->narenas];
             break;
         }
@@ -155,42 +158,21 @@ FMEM_API int fmem_hooks_python_arena(fmem_hooks *b, PyObjectArenaAllocator *old)
  * page stays, the other three pages are released (MADV_REMOVE: the pool
  * file's pages go back; a later touch gets fresh zero pages), and szidx is
  * set to the "no class" value so that a reuse builds a new free list.
- * Layout: Objects/obmalloc.c of CPython 3.11 (not in the installed
- * headers), checked at run time against the arenas' pools before the
- * first use. */
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && SIZEOF_VOID_P == 8
-#define PM_CHECKED 1
-#else
-#define PM_CHECKED 0
-#endif
-#define PM_POOL ((size_t)16384)
-#define PM_HEAD_PAGE ((size_t)4096)
-#define PM_NO_CLASS 0xffffu /* DUMMY_SIZE_IDX */
-
-struct pm_pool_header {
-    union {
-        void *padding;
-        unsigned count; /* allocated blocks */
-    } ref;
-    void *freeblock;
-    void *nextpool, *prevpool;
-    unsigned arenaindex, szidx, nextoffset, maxnextoffset;
-};
-
+ * Layout: python_pools.h, checked at run time against the arenas' pools
+ * before the first use. */
 #if PM_CHECKED
 _Static_assert(sizeof(struct pm_pool_header) == 48, "POOL_OVERHEAD of 3.11, 64-bit");
 #endif
-#define PM_OVERHEAD sizeof(struct pm_pool_header) /* the first block's offset */
 
 /* Does an initialized pool's header look as the 3.11 layout says (a size
  * class below 512 bytes, the end of its blocks where that class puts it:
  * maxnextoffset + size is the pool's end, or the start of a page that
- * release_free_pages() took from the never-carved tail)? */
+ * release_free_pages() or page sharing took from the never-carved tail)? */
 static int pm_header_looks_right(const struct pm_pool_header *h)
 {
     if (h->szidx >= 32)
         return 0;
-    size_t size = ((size_t)h->szidx + 1) * 16, limit = (size_t)h->maxnextoffset + size;
+    size_t size = pm_block_size(h), limit = (size_t)h->maxnextoffset + size;
     return limit % PM_HEAD_PAGE == 0 && limit >= PM_HEAD_PAGE && limit <= PM_POOL &&
            h->nextoffset >= sizeof *h && h->nextoffset <= PM_POOL + size &&
            h->nextoffset % 16 == 0;
@@ -198,15 +180,19 @@ static int pm_header_looks_right(const struct pm_pool_header *h)
 
 /* Every pool of the arena at a (size bytes) empty or looking right: an
  * arena-sized block that is not an arena (a thread's 1 MiB stack chunk,
- * which also comes from the arena allocator) fails it. */
-static int pm_arena_looks_right(uintptr_t a, size_t size)
+ * which also comes from the arena allocator) fails it. A pool's count
+ * holds one extra allocation per shared page (python_share.c). */
+int pm_arena_looks_right(uintptr_t a, size_t size)
 {
     for (uintptr_t p = (a + PM_POOL - 1) & ~(uintptr_t)(PM_POOL - 1); p + PM_POOL <= a + size;
          p += PM_POOL) {
         const struct pm_pool_header *h = (const void *)p;
-        if (h->ref.count != 0 &&
-            (!pm_header_looks_right(h) ||
-             h->ref.count > (PM_POOL - sizeof *h) / (((size_t)h->szidx + 1) * 16)))
+        if (h->ref.count == 0)
+            continue;
+        if (!pm_header_looks_right(h))
+            return 0;
+        unsigned extra = (unsigned)__builtin_popcount(pm_shared_pages(h));
+        if (h->ref.count < extra || h->ref.count - extra > (PM_POOL - sizeof *h) / pm_block_size(h))
             return 0;
     }
     return 1;
@@ -238,22 +224,145 @@ static int pm_layout_ok(const struct py_arena_hook *k)
     return seen > 0;
 }
 
+/* ---- blocks nobody can use ------------------------------------------------
+ * Page release and page sharing take free blocks off a pool's free list
+ * for good (until pymalloc sets the pool up again). Such a block looks
+ * allocated (carved, not on the list), so a later pass would count its
+ * bytes as live; a block reaching into a released page would keep the page
+ * it starts on from being released or shared. Two signs tell them apart:
+ * - A block whose first page is not resident (mincore) is not live: every
+ *   block pymalloc hands out had its first word written (the list link when
+ *   it was carved or freed; the first block of a new pool is on page 0),
+ *   and a page is released only when no live block touches it. This holds
+ *   while the pool's file pages cannot leave memory: so it is used only
+ *   when the arenas' file is on tmpfs (a page of a file on disk can be
+ *   written back and dropped) and the system has no swap space (a
+ *   swapped-out tmpfs page is not resident either; /proc/swaps, read once
+ *   per pass).
+ * - A block taken off the list gets a mark in its first 16 bytes (when its
+ *   first page stays the pool's own): a value made from a per-process
+ *   random secret, the block's address and its size, whose first word is
+ *   no pointer (bits 0 and 63 set). pymalloc writes a link (NULL or a
+ *   block's address) into the first word of every block it hands out
+ *   (carved or freed before), so a block that still holds its mark was not
+ *   handed out since it was marked. */
+static uint64_t pm_secret[2];
+static int pm_noswap;
+
+/* Is the file that maps address a on tmpfs (/proc/self/maps names it;
+ * the directory it was in says the file system, even once it is
+ * unlinked)? Asked once: the arenas' pool does not change. */
+static int pm_on_tmpfs(uintptr_t a)
+{
+    static int state; /* 0: not asked, 1: tmpfs, -1: not or unknown */
+    if (state)
+        return state == 1;
+    state = -1;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) < 2 || a < lo || a >= hi)
+            continue;
+        char *path = line + at, *slash = strrchr(path, '/');
+        struct statfs fs;
+        if (at && path[0] == '/' && slash) {
+            *slash = '\0';
+            if (statfs(slash == path ? "/" : path, &fs) == 0 && fs.f_type == TMPFS_MAGIC)
+                state = 1;
+        }
+        break;
+    }
+    fclose(f);
+    return state == 1;
+}
+
+void pm_residency_check(uintptr_t a)
+{
+    FILE *f = fopen("/proc/swaps", "r");
+    int lines = 0, c;
+    if (f) {
+        while ((c = getc(f)) != EOF)
+            lines += c == '\n';
+        fclose(f);
+    }
+    pm_noswap = f && lines == 1 && pm_on_tmpfs(a); /* the header only */
+}
+
+static void pm_magic(uintptr_t at, size_t size, uint64_t m[2])
+{
+    if (!pm_secret[0]) {
+        if (getrandom(pm_secret, sizeof pm_secret, GRND_NONBLOCK) != (ssize_t)sizeof pm_secret) {
+            pm_secret[0] = (uint64_t)(uintptr_t)&pm_secret ^ (uint64_t)getpid() << 32;
+            pm_secret[1] = pm_secret[0] * 0x9E3779B97F4A7C15ull;
+        }
+        pm_secret[0] |= 1;
+    }
+    m[0] = (pm_secret[0] ^ (at * 0x9E3779B97F4A7C15ull) ^ size) | 0x8000000000000001ull;
+    m[1] = pm_secret[1] ^ (at * 0xC2B2AE3D27D4EB4Full);
+}
+
+static void pm_mark_dead(char *block, size_t size)
+{
+    uint64_t m[2];
+    pm_magic((uintptr_t)block, size, m);
+    memcpy(block, m, sizeof m);
+}
+
+unsigned pm_resident(const struct pm_pool_header *h)
+{
+    unsigned char v[PM_PAGES];
+    unsigned bits = 0;
+    if (mincore((void *)h, PM_POOL, v) != 0)
+        return (1u << PM_PAGES) - 1; /* all resident: no block is dead by it */
+    for (size_t p = 0; p < PM_PAGES; p++)
+        if (v[p] & 1)
+            bits |= 1u << p;
+    return bits;
+}
+
+int pm_block_dead(const struct pm_pool_header *h, size_t off, size_t size, unsigned resident)
+{
+    if (!(resident & (1u << (off / PM_HEAD_PAGE))))
+        return pm_noswap;
+    uint64_t m[2];
+    pm_magic((uintptr_t)h + off, size, m);
+    return memcmp((const char *)h + off, m, sizeof m) == 0;
+}
+
+const struct pm_arena *pm_arenas(size_t *n, int *err)
+{
+    *n = 0;
+    *err = PM_CHECKED ? 0 : FMEM_ENOTSUP;
+    struct py_arena_hook *k = arena_hook;
+    /* a fork child's arenas are the parent's pages */
+    if (!PM_CHECKED || !k || k->pid != getpid() || k->narenas == 0)
+        return NULL;
+    if (!pm_layout_ok(k)) {
+        *err = FMEM_ENOTSUP;
+        return NULL;
+    }
+    *n = k->narenas;
+    pm_residency_check((uintptr_t)k->arenas[0].p);
+    return k->arenas;
+}
+
 /* Run release(h) on every pool of the hooked arenas; the bytes given back
  * in all, or release's error if nothing was given back before it. */
 static int64_t pm_each_pool(int64_t (*release)(struct pm_pool_header *h))
 {
-    if (!PM_CHECKED)
-        return FMEM_ENOTSUP;
-    struct py_arena_hook *k = arena_hook;
-    /* a fork child's arenas are the parent's pages */
-    if (!k || k->pid != getpid() || k->narenas == 0)
-        return 0;
-    if (!pm_layout_ok(k))
-        return FMEM_ENOTSUP;
+    size_t n;
+    int err;
+    const struct pm_arena *ar = pm_arenas(&n, &err);
+    if (!ar)
+        return err;
     int64_t got = 0;
-    for (size_t i = 0; i < k->narenas; i++) {
-        uintptr_t a = (uintptr_t)k->arenas[i].p, end = a + k->arenas[i].size;
-        if (!pm_arena_looks_right(a, k->arenas[i].size))
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t a = (uintptr_t)ar[i].p, end = a + ar[i].size;
+        if (!pm_arena_looks_right(a, ar[i].size))
             continue;
         for (uintptr_t p = (a + PM_POOL - 1) & ~(uintptr_t)(PM_POOL - 1); p + PM_POOL <= end;
              p += PM_POOL) {
@@ -269,8 +378,17 @@ static int64_t pm_each_pool(int64_t (*release)(struct pm_pool_header *h))
 static int64_t pm_release_empty_pool(struct pm_pool_header *h)
 {
     /* in use; released before and not used since; never used (a zero
-     * header: its pages were never touched either) */
+     * header: its pages were never touched either). A pool with a shared
+     * page is never empty (its count holds one more). */
     if (h->ref.count != 0 || h->szidx == PM_NO_CLASS || h->nextoffset == 0)
+        return 0;
+    /* A pool is in its arena's free pools only if its free list has two
+     * blocks or more (pymalloc empties a pool there only when the list was
+     * not empty before the last free). A pool that was full (off
+     * usedpools, as page release can leave one with a single object) goes
+     * back to usedpools by that free with count 0 and a one-block list: it
+     * is still in use for pymalloc, which reads szidx to relink it. */
+    if (!h->freeblock || !*(void *const *)h->freeblock)
         return 0;
     if (madvise((char *)h + PM_HEAD_PAGE, PM_POOL - PM_HEAD_PAGE, MADV_REMOVE) != 0)
         return errno == EINVAL || errno == EOPNOTSUPP ? FMEM_ENOTSUP : FMEM_EIO;
@@ -308,28 +426,16 @@ FMEM_API int64_t fmem_hooks_python_release_empty_pools(void)
  * allocated to a later pass, so their (already released) pages are never
  * released or written again. A block is live when it was carved and is not
  * on the free list; a pool whose list does not check out (off the block
- * grid, a cycle, more free blocks than carved ones) is left alone. */
-#define PM_PAGES (PM_POOL / PM_HEAD_PAGE)
-#define PM_MAX_BLOCKS ((PM_POOL - PM_OVERHEAD) / 16)
-
-/* A used pool's free list as read before anything changes: the blocks'
- * indexes in list order, and which blocks are free. */
-struct pm_free_list {
-    size_t n;
-    uint16_t order[PM_MAX_BLOCKS];
-    unsigned char isfree[PM_MAX_BLOCKS];
-};
-
-/* Pages of pool h (a used pool of a checked arena) that no live block
- * touches: bit p for page p (1-3). Fills *fl. 0 when none, or when the
- * pool does not check out. */
-static unsigned pm_free_pages(const struct pm_pool_header *h, size_t size,
-                              struct pm_free_list *fl)
+ * grid, a cycle, more free blocks than carved ones) is left alone. Pages
+ * shared with another pool (python_share.c) are never released here. */
+long pm_read_free_list(const struct pm_pool_header *h, size_t size, unsigned extra,
+                       struct pm_free_list *fl)
 {
     size_t nblocks = (PM_POOL - PM_OVERHEAD) / size;
-    if ((h->nextoffset - PM_OVERHEAD) % size != 0)
-        return 0;
-    size_t carved = (h->nextoffset - PM_OVERHEAD) / size;
+    if (h->nextoffset < PM_OVERHEAD || (h->nextoffset - PM_OVERHEAD) % size != 0 ||
+        h->ref.count < extra)
+        return -1;
+    size_t carved = (h->nextoffset - PM_OVERHEAD) / size, count = h->ref.count - extra;
     if (carved > nblocks)
         carved = nblocks;
     memset(fl->isfree, 0, nblocks);
@@ -337,20 +443,35 @@ static unsigned pm_free_pages(const struct pm_pool_header *h, size_t size,
     for (const char *bp = h->freeblock; bp; bp = *(char *const *)bp) {
         uintptr_t off = (uintptr_t)bp - (uintptr_t)h;
         if (off < PM_OVERHEAD || off >= PM_POOL || (off - PM_OVERHEAD) % size != 0)
-            return 0;
+            return -1;
         size_t i = (off - PM_OVERHEAD) / size;
-        if (i >= carved || fl->isfree[i] || fl->n + 1 + h->ref.count > carved)
-            return 0;
+        if (i >= carved || fl->isfree[i] || fl->n + 1 + count > carved)
+            return -1;
         fl->isfree[i] = 1;
         fl->order[fl->n++] = (uint16_t)i;
     }
+    return (long)carved;
+}
+
+/* Pages of pool h (a used pool of a checked arena) that no live block
+ * touches and no other pool shares: bit p for page p (1-3). Fills *fl. 0
+ * when none, or when the pool does not check out. */
+static unsigned pm_free_pages(const struct pm_pool_header *h, size_t size,
+                              struct pm_free_list *fl)
+{
+    unsigned shared = pm_shared_pages(h);
+    long carved = pm_read_free_list(h, size, (unsigned)__builtin_popcount(shared), fl);
+    if (carved < 0)
+        return 0;
     /* pages at or past the tail's end (maxnextoffset + size) went before */
     size_t limit = (size_t)h->maxnextoffset + size;
     unsigned dead = 0;
     for (size_t p = 1; p < PM_PAGES && p * PM_HEAD_PAGE < limit; p++)
         dead |= 1u << p;
-    for (size_t i = 0; i < carved && dead; i++)
-        if (!fl->isfree[i]) {
+    dead &= ~shared;
+    unsigned resident = dead ? pm_resident(h) : 0;
+    for (size_t i = 0; i < (size_t)carved && dead; i++)
+        if (!fl->isfree[i] && !pm_block_dead(h, PM_OVERHEAD + i * size, size, resident)) {
             size_t first = (PM_OVERHEAD + i * size) / PM_HEAD_PAGE,
                    last = (PM_OVERHEAD + (i + 1) * size - 1) / PM_HEAD_PAGE;
             for (size_t p = first; p <= last; p++)
@@ -389,20 +510,29 @@ static int pm_left_full(const struct pm_pool_header *h, size_t size, unsigned de
     return h->nextoffset + size > pm_tail_limit(h, size, dead);
 }
 
-/* The pages of gone are released: rebuild the pool's free list from fl
- * without their blocks (writing only to blocks that stay), cut the tail,
- * and keep pymalloc's rule that a pool in usedpools has a free block. */
-static void pm_drop_pages(struct pm_pool_header *h, size_t size, unsigned gone,
-                          const struct pm_free_list *fl)
+int pm_unlink_unsafe(const struct pm_pool_header *h, size_t size, unsigned gone,
+                     const struct pm_free_list *fl)
+{
+    if (!h->freeblock || !pm_left_full(h, size, gone, fl))
+        return 0;
+    const struct pm_pool_header *prev = h->prevpool, *next = h->nextpool;
+    return !prev || !next || prev->nextpool != h || next->prevpool != h;
+}
+
+void pm_drop_pages(struct pm_pool_header *h, size_t size, unsigned gone,
+                   const struct pm_free_list *fl)
 {
     int was_linked = h->freeblock != NULL;
     size_t limit = pm_tail_limit(h, size, gone);
+    unsigned foreign = gone | pm_shared_pages(h); /* no marks written there */
     void **link = &h->freeblock;
     for (size_t j = 0; j < fl->n; j++) {
         size_t off = PM_OVERHEAD + fl->order[j] * size;
         if (!pm_on_dead_page(off, size, gone)) {
             *link = (char *)h + off;
             link = (void **)((char *)h + off);
+        } else if (!(foreign & (1u << (off / PM_HEAD_PAGE)))) {
+            pm_mark_dead((char *)h + off, size);
         }
     }
     *link = NULL;
@@ -426,16 +556,13 @@ static void pm_drop_pages(struct pm_pool_header *h, size_t size, unsigned gone,
 static int64_t pm_release_pool_pages(struct pm_pool_header *h)
 {
     static struct pm_free_list fl; /* with the GIL */
-    size_t size = ((size_t)h->szidx + 1) * 16;
+    size_t size = pm_block_size(h);
     unsigned dead = pm_free_pages(h, size, &fl);
     if (!dead)
         return 0;
     /* a pool that may end up unlinked: its neighbours must link to it */
-    if (h->freeblock && pm_left_full(h, size, dead, &fl)) {
-        const struct pm_pool_header *prev = h->prevpool, *next = h->nextpool;
-        if (!prev || !next || prev->nextpool != h || next->prevpool != h)
-            return 0;
-    }
+    if (pm_unlink_unsafe(h, size, dead, &fl))
+        return 0;
     unsigned gone = 0;
     int err = 0;
     for (size_t p = 1; p < PM_PAGES && !err; p++)

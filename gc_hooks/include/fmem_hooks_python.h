@@ -48,6 +48,21 @@ FMEM_API int64_t fmem_hooks_python_release_empty_pools(void);
  * the pool empties and is rebuilt). Same returns and conditions as
  * fmem_hooks_python_release_empty_pools(). */
 FMEM_API int64_t fmem_hooks_python_release_free_pages(void);
+/* With the GIL held, after those two: make pages of used pools whose live
+ * bytes do not overlap share one physical page (CoRM-style: the live bytes
+ * of one are copied into the other, which is then mapped at both
+ * addresses; docs/far-memory.md). A pool with a shared page stays in use
+ * (its count holds one more per such page) until
+ * fmem_hooks_python_unshare_empty_pools() finds it without objects.
+ * Returns the bytes given back; FMEM_ENOTSUP as above or when the arenas'
+ * memory cannot be mapped twice (a mem: pool). */
+FMEM_API int64_t fmem_hooks_python_share_pages(void);
+/* With the GIL held: pools with shared pages that hold no object any more
+ * get memory of their own for those pages again and are handed back to
+ * pymalloc as empty (which may free their arena). Returns how many. */
+FMEM_API int64_t fmem_hooks_python_unshare_empty_pools(void);
+/* Pages of pools that now map another pool's page (with the GIL held). */
+FMEM_API size_t fmem_hooks_python_shared_pages(void);
 
 /* numpy's data memory handler (NEP 49, numpy >= 1.22): a new reference to
  * a "mem_handler" capsule whose functions allocate array data through b;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CPython's own tests with pymalloc's arenas in far memory and fmem.compact()
 forced often: the arena allocator on a shm pool, and a gc callback that runs
-fmem.compact() (slab merges and release_empty_pools) after every N-th
+fmem.compact() (slab merges, pool and page release, pages shared between
+pools) after every N-th
 collection, with the GIL held, outside pymalloc. Exit status: regrtest's.
 
     bindings/python/pyrun tests/python/cpython_suite_compact.py [--every N] \
@@ -25,7 +26,7 @@ def main():
     pool = fmem.open("shm:/%s?size=4G" % name)
     fmem.unlink("shm:/" + name)
     fmem.install_arena_allocator(pool)
-    runs = {"collections": 0, "compactions": 0, "bytes": 0}
+    runs = {"collections": 0, "compactions": 0, "bytes": 0, "shared": 0}
 
     def compact_sometimes(phase, info):
         if phase != "stop":
@@ -34,6 +35,8 @@ def main():
         if runs["collections"] % every == 0:
             runs["compactions"] += 1
             runs["bytes"] += fmem.compact()
+            shared = fmem.arena_allocator_stats()["shared_pages"]
+            runs["shared"] = max(runs["shared"], shared)
 
     gc.callbacks.append(compact_sometimes)
     from test.libregrtest.main import main as regrtest
@@ -43,8 +46,9 @@ def main():
     finally:
         s = fmem.arena_allocator_stats()
         print("cpython-suite-compact: %d collections, %d compactions, %d bytes given back, "
-              "%d arenas in far memory at the end" % (runs["collections"], runs["compactions"],
-                                                     runs["bytes"], s["heap_large"]),
+              "at most %d pages shared between pools at once, %d arenas in far memory at the "
+              "end" % (runs["collections"], runs["compactions"], runs["bytes"], runs["shared"],
+                       s["heap_large"]),
               file=sys.stderr)
 
 

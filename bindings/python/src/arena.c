@@ -56,7 +56,9 @@ PyObject *fp_install_arena(PyObject *module, PyObject *args, PyObject *kw)
 const char fp_arena_stats_doc[] =
     "arena_allocator_stats($module, /)\n--\n\n"
     "Counters of the arena heap (see numpy_arrays.stats(): mallocs are\n"
-    "arenas placed in far memory, foreign_frees arenas freed the old way),\n"
+    "arenas placed in far memory, foreign_frees arenas freed the old way;\n"
+    "shared_pages: pages of pymalloc pools now mapping another pool's page,\n"
+    "see compact()),\n"
     "or None before install_arena_allocator().";
 
 PyObject *fp_arena_stats(PyObject *module, PyObject *unused)
@@ -64,5 +66,13 @@ PyObject *fp_arena_stats(PyObject *module, PyObject *unused)
     (void)module, (void)unused;
     if (!arena_binding)
         Py_RETURN_NONE;
-    return fp_binding_stats(arena_binding);
+    PyObject *d = fp_binding_stats(arena_binding);
+    PyObject *n = d ? PyLong_FromSize_t(fmem_hooks_python_shared_pages()) : NULL;
+    if (!n || PyDict_SetItemString(d, "shared_pages", n) < 0) {
+        Py_XDECREF(n);
+        Py_XDECREF(d);
+        return NULL;
+    }
+    Py_DECREF(n);
+    return d;
 }

@@ -6,7 +6,7 @@
 #include <fmem_hooks_python.h>
 
 const char fp_compact_doc[] =
-    "compact($module, /, target=None, budget=0)\n--\n\n"
+    "compact($module, /, target=None, budget=0, share_pages=True)\n--\n\n"
     "Merge sparsely used slabs of the far-memory heap of target (a Pool or\n"
     "Region whose heap numpy_arrays() or install_arena_allocator() made) and\n"
     "give the freed pool chunks back; objects keep their addresses. budget:\n"
@@ -15,7 +15,9 @@ const char fp_compact_doc[] =
     "can be compacted; then the empty pymalloc pools of the arena allocator's\n"
     "arenas are given back (release_empty_pools(), where supported), and\n"
     "the 4 KiB pages of its used pools that hold no object (all but each\n"
-    "pool's header page).\n"
+    "pool's header page); with share_pages, pages of used pools whose live\n"
+    "bytes do not overlap are then merged into one physical page mapped at\n"
+    "both addresses (such pools stay in use for good).\n"
     "Returns the bytes given back. NotSupportedError\n"
     "for a target whose heap cannot be compacted (a Region, or a private\n"
     "'mem:' pool: only shm:/file: pools map a chunk twice). Heap statistics\n"
@@ -31,10 +33,11 @@ static FpBinding *binding_of(PyObject *owner)
 PyObject *fp_compact(PyObject *module, PyObject *args, PyObject *kw)
 {
     (void)module;
-    static char *kwlist[] = {"target", "budget", NULL};
+    static char *kwlist[] = {"target", "budget", "share_pages", NULL};
     PyObject *target = Py_None;
     long long budget = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OL:compact", kwlist, &target, &budget))
+    int share = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OLp:compact", kwlist, &target, &budget, &share))
         return NULL;
     if (budget < 0) {
         PyErr_SetString(PyExc_ValueError, "budget must be >= 0");
@@ -64,10 +67,14 @@ PyObject *fp_compact(PyObject *module, PyObject *args, PyObject *kw)
                 total += got; /* heaps that cannot be compacted are skipped */
         }
     if (cands[0]) {
+        fmem_hooks_python_unshare_empty_pools(); /* pools whose objects are gone */
         int64_t got = fmem_hooks_python_release_empty_pools();
         if (got > 0)
             total += got; /* skipped where not supported */
         got = fmem_hooks_python_release_free_pages();
+        if (got > 0)
+            total += got;
+        got = share ? fmem_hooks_python_share_pages() : 0;
         if (got > 0)
             total += got;
     }
