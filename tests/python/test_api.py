@@ -20,7 +20,7 @@ def stub_names():
 
 
 def test_stub_covers_the_module():
-    helpers = {"_PoolStats", "_NodeStats", "_RegionStats", "_RegionPath", "_HeapStats", "_Handle",
+    helpers = {"_PoolStats", "_NodeStats", "_RegionStats", "_RegionPath", "_HeapStats", "_ArenaStats", "_Handle",
                "__version__"}
     assert stub_names() - helpers == set(fmem.__all__)
 
