@@ -107,9 +107,9 @@ struct fp_obj {
     uint16_t n;          /* pieces, in address order */
     uint8_t grave;       /* named pool: some piece's shared mapping was moved
                           * to the graveyard at fork (snap.c) */
-    uint8_t lazy;        /* named pool: still mapped shared, write-protected
-                          * since a fork; remapped at the first write
-                          * (lazy.c); changed under fp_lazy_lock() */
+    uint8_t lazy;        /* named pool, FP_LAZY_*: write protection of the
+                          * shared mapping (lazy.c); changed under
+                          * fp_lazy_lock() */
     uint32_t pages;      /* the object's length in 4 KiB pages */
     uint32_t since;      /* named pool: mapped MAP_PRIVATE since this fork
                           * generation (snap.c); 0: mapped MAP_SHARED;
@@ -125,6 +125,15 @@ struct fp_obj {
                                            * always with FP_E_CACHED */
 #define FP_E_COPY (UINT64_C(1) << 43)     /* not (wholly) remapped at fork: the child copies it */
 #define FP_CHUNK_SHIFT 12
+/* fp_obj.lazy */
+#define FP_LAZY_NONE 0  /* not write-protected */
+#define FP_LAZY_FORK 1  /* write-protected since a fork: remapped MAP_PRIVATE
+                         * at the first write after it */
+#define FP_LAZY_SEEN 2  /* looked at by an early pass; protected at the next */
+#define FP_LAZY_EARLY 3 /* write-protected before any fork reads it: a write
+                         * only lifts the protection; the next fork keeps it */
+#define FP_LAZY_HOT 4   /* written after an early protection: protected again
+                         * only by a fork */
 #define FP_SINCE_ANON UINT32_MAX
 
 /* shared between blocks.c, cache.c and fork.c */
@@ -170,6 +179,7 @@ extern struct fp_arena *_Atomic fp_current; /* where new blocks come from */
 void fp_lock_shared(void);
 void fp_unlock_shared(void);
 void fp_lock_all(void);
+int fp_trylock_all(void); /* 0 when taken */
 void fp_unlock_all(void);
 void fp_lock_reinit(void);
 /* Child side of fork: turn the current arena's blocks into private
@@ -212,6 +222,20 @@ int fp_snap_defer(struct fp_arena *a, struct fp_obj *o);
 /* Unmap object o's range (keeping it reserved), and its graveyard range
  * if it has one. */
 void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o);
+/* The fault thread, between faults: write-protect the current named
+ * arena's small shared objects that were seen by the previous pass (and
+ * mark the others seen), so that a fork finds them protected already. Skips
+ * the pass if the block lock is taken. 1 if some object is left to protect
+ * at a later pass. */
+int fp_snap_early(void);
+/* take(), block lock held: o was handed out (a candidate for an early
+ * protection once it is a little older). */
+void fp_snap_handed_out(struct fp_arena *a, struct fp_obj *o);
+/* After a large allocation, outside the block lock: write-protect a few
+ * objects handed out long enough ago (if the block lock is free). */
+void fp_snap_early_step(void);
+/* Child of fork: forget the parent's recent objects; unlock. */
+void fp_snap_early_child(void);
 /* Give back deferred objects no fork reader can see any more; `force`
  * ignores the throttle. Block lock held (shared or exclusive). */
 void fp_snap_reap(int force);
@@ -223,6 +247,13 @@ void fp_snap_reap(int force);
 int fp_lazy_start(void);
 /* Write-protect [p, p + len), a shared mapping of the pool: 0 or -1. */
 int fp_lazy_protect(char *p, size_t len);
+/* Lift the protection of [p, p + len) and wake the writers waiting on it:
+ * 0 or -1. */
+int fp_lazy_unprotect(char *p, size_t len);
+/* A large block was handed out in a named pool: start the fault thread
+ * (outside the block lock) so that it protects long-lived blocks before
+ * the first fork. */
+void fp_lazy_note_alloc(void);
 void fp_lazy_lock(void);
 void fp_lazy_unlock(void);
 /* Child of fork: no fault thread here, no registration; unlock. */
@@ -257,6 +288,8 @@ struct fp_stats {
     _Atomic uint64_t remapped_at_fork; /* bytes remapped copy-on-write at fork (snap.c) */
     _Atomic uint64_t protected_at_fork; /* bytes write-protected at fork (lazy.c) */
     _Atomic uint64_t remapped_on_write; /* of those, remapped at a write after the fork */
+    _Atomic uint64_t protected_early; /* bytes write-protected ahead of a fork (lazy.c) */
+    _Atomic uint64_t written_early;   /* of those, bytes written again before a fork */
     _Atomic uint64_t reused;    /* large blocks served from the cache */
     _Atomic uint64_t no_room;   /* large requests the pool had no room for
                                  * (counted in fallbacks too) */
