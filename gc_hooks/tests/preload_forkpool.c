@@ -905,18 +905,18 @@ static void early(int n)
         memset(b[i], v[i] = gap_val(i, 0), sz[i]);
     }
     CHECK(in_pool(b[0]) && in_pool(b[n - 1]));
-    usleep(300000); /* long enough for the blocks to be protected early */
+    sleep(1); /* long enough for the blocks to be protected early */
     int kfd = memfd_create("preload-forkpool-early", MFD_CLOEXEC);
     CHECK(kfd >= 0);
-    unsigned char *buf = malloc(GAP_SIZE + 65536);
+    unsigned char *buf = malloc(GAP_SIZE + 32768);
     /* written before the fork: by the kernel, by memset, grown in place */
     memset(buf, v[0] = gap_val(0, 1), sz[0]);
     CHECK(pwrite(kfd, buf, sz[0], 0) == (ssize_t)sz[0]);
     CHECK(pread(kfd, b[0], sz[0], 0) == (ssize_t)sz[0]);
     memset(b[1], v[1] = gap_val(1, 1), sz[1]);
-    unsigned char *r = realloc(b[2], GAP_SIZE + 65536);
-    CHECK(r == b[2]); /* grown where it is */
-    sz[2] = GAP_SIZE + 65536;
+    unsigned char *r = realloc(b[2], GAP_SIZE + 32768);
+    CHECK(r == b[2]); /* grown where it is (its slot holds 256 KB) */
+    sz[2] = GAP_SIZE + 32768;
     memset(b[2], v[2] = gap_val(2, 1), sz[2]);
     int p2c[2], c2p[2];
     if (pipe(p2c) || pipe(c2p))
