@@ -213,8 +213,10 @@ int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o);
 /* Parent after fork (or a failed fork): close its copy of the lock. */
 void fp_snap_parent(void);
 /* The fault thread (lazy.c, fp_lazy_lock() held): a write stopped at
- * address p. Remap the write-protected object holding p MAP_PRIVATE; its
- * range in *start, *len (0 if p is in none). */
+ * address p. Remap the object holding p MAP_PRIVATE if it is protected
+ * since a fork, else (protected early) lift its protection; its range in
+ * *start, *len (0 if p is in none or the protection could not be lifted:
+ * the caller then lifts the page's). */
 void fp_snap_fault(char *p, char **start, size_t *len);
 /* A freed object mapped private since a fork: 1 if it was deferred (its
  * entry marked), 0 if no reader is left (the caller gives it back). */

@@ -488,13 +488,14 @@ void fp_snap_fault(char *p, char **start, size_t *len)
             return;
         if (o->lazy != FP_LAZY_FORK) {
             /* protected early (or grown since): no fork child reads its
-             * pool pages, the write may go on */
-            if (fp_lazy_unprotect(q, fp_obj_len(o)) != 0)
-                return;
+             * pool pages, the write may go on; the next fork protects the
+             * object again (even if only the page is unprotected here) */
             if (o->lazy == FP_LAZY_EARLY)
                 atomic_fetch_add_explicit(&fp_stats.written_early, fp_obj_len(o),
                                           memory_order_relaxed);
             o->lazy = FP_LAZY_HOT;
+            if (fp_lazy_unprotect(q, fp_obj_len(o)) != 0)
+                return; /* the caller unprotects the page */
             *start = q;
             *len = fp_obj_len(o);
             return;
