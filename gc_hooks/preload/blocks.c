@@ -333,6 +333,12 @@ void fp_obj_release(struct fp_arena *a, struct fp_obj *o)
                       (off_t)((int64_t)o->b[i].addr + a->file_delta), (off_t)piece_len(&o->b[i]));
         fp_snap_unmap(a, o);
         o->since = 0;
+    } else if (o->lazy != FP_LAZY_NONE) {
+        /* protected early, perhaps: not while the fault thread lifts it */
+        fp_lazy_lock();
+        o->lazy = FP_LAZY_NONE;
+        drop_range(a, o, 0, fp_obj_len(o));
+        fp_lazy_unlock();
     } else {
         drop_range(a, o, 0, fp_obj_len(o));
     }
@@ -480,7 +486,7 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
         size_t i = (size_t)(o - a->objs);
         atomic_fetch_or_explicit(&a->fresh[i >> 12], UINT64_C(1) << (i >> 6 & 63),
                                  memory_order_relaxed);
-        if (fp_cfg.lazy_fork)
+        if (fp_cfg.lazy_fork && fp_cfg.early_protect)
             fp_snap_handed_out(a, o);
     }
     fp_stats_add(fp_obj_len(o));
@@ -512,7 +518,7 @@ void *fp_block_alloc(size_t size, size_t align, int zero)
     }
     int shared = o && a->shared;
     fp_unlock_shared();
-    if (shared && fp_cfg.lazy_fork) {
+    if (shared && fp_cfg.lazy_fork && fp_cfg.early_protect) {
         fp_lazy_note_alloc();
         if (fp_lazy_start())
             fp_snap_early_step();

@@ -141,6 +141,7 @@ static void *fault_thread(void *arg)
             wake(fd, (uint64_t)(uintptr_t)start, len);
         else if (fp_lazy_unprotect((char *)(uintptr_t)page, 4096) != 0)
             wake(fd, page, 4096); /* in no object: nothing to keep */
+        fp_snap_fault_after();
     }
 }
 

@@ -58,6 +58,8 @@ struct fp_config {
     const char *uri;  /* pool URI (NULL: fmem_open's default) */
     int lazy_fork;    /* named pool: write-protect at fork (lazy.c); 0 with
                        * FMEM_PRELOAD_LAZY_FORK=0 */
+    int early_protect; /* lazy fork: write-protect long-lived blocks before
+                        * the fork (snap.c); 0 with FMEM_PRELOAD_EARLY_PROTECT=0 */
 };
 extern struct fp_config fp_cfg;
 /* Read the environment once; later calls return at once. 0 when the
@@ -218,6 +220,9 @@ void fp_snap_parent(void);
  * *start, *len (0 if p is in none or the protection could not be lifted:
  * the caller then lifts the page's). */
 void fp_snap_fault(char *p, char **start, size_t *len);
+/* The fault thread, after waking the writer: lift the early protection
+ * of the objects after one whose protection a write lifted. */
+void fp_snap_fault_after(void);
 /* A freed object mapped private since a fork: 1 if it was deferred (its
  * entry marked), 0 if no reader is left (the caller gives it back). */
 int fp_snap_defer(struct fp_arena *a, struct fp_obj *o);

@@ -464,6 +464,44 @@ int fp_snap_early(void)
     return more;
 }
 
+/* A program that writes one long-lived block often writes the next ones
+ * too (a pass over its data), and each stop costs a wake-up of the fault
+ * thread, which on a busy machine waits for a processor: after a write
+ * stopped in an object protected early, the next UNPROTECT_BATCH such
+ * objects (in address order) lose their early protection as well, once
+ * the writer goes on (fp_snap_fault_after), so that such a pass stops once
+ * per batch. Lifting a protection never exposes a pool page a fork child
+ * reads (those are protected since a fork, FP_LAZY_FORK), and the next
+ * fork protects the objects again. fp_lazy_lock() held: an object
+ * protected early is unmapped under it (fp_snap_unmap, fp_obj_release). */
+#define UNPROTECT_BATCH 256
+#define UNPROTECT_SCAN (UNPROTECT_BATCH * 64)
+static size_t lift_from; /* record + 1; 0: none. Under fp_lazy_lock() */
+
+void fp_snap_fault_after(void)
+{
+    fp_lazy_lock();
+    size_t k = lift_from;
+    lift_from = 0;
+    struct fp_arena *a = atomic_load(&fp_current);
+    if (!k || !a || !a->shared || !a->pool) {
+        fp_lazy_unlock();
+        return;
+    }
+    size_t nchunks = atomic_load(&a->cap) >> FP_CHUNK_SHIFT;
+    int done = 0;
+    for (size_t i = k; i < nchunks && i < k + UNPROTECT_SCAN && done < UNPROTECT_BATCH; i++) {
+        uint64_t e = atomic_load_explicit(&a->table[i], memory_order_acquire);
+        struct fp_obj *o = &a->objs[i];
+        if (!(e & FP_E_LIVE) || (e & FP_E_CACHED) || o->lazy != FP_LAZY_EARLY)
+            continue;
+        o->lazy = FP_LAZY_HOT;
+        if (fp_lazy_unprotect(fp_obj_ptr(a, o), fp_obj_len(o)) == 0)
+            done++;
+    }
+    fp_lazy_unlock();
+}
+
 /* The object whose range holds p: its record is at most a slot's length
  * (twice its first block, under 2 MiB for a write-protected one) before
  * p's, and no other object starts in between. */
@@ -496,6 +534,7 @@ void fp_snap_fault(char *p, char **start, size_t *len)
             o->lazy = FP_LAZY_HOT;
             if (fp_lazy_unprotect(q, fp_obj_len(o)) != 0)
                 return; /* the caller unprotects the page */
+            lift_from = k + 1; /* the next ones, once the writer goes on */
             *start = q;
             *len = fp_obj_len(o);
             return;

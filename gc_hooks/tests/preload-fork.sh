@@ -255,20 +255,31 @@ done
 # blocks left alone for a while are write-protected before the first fork
 # (the fork then makes a call only for the three written since); writes
 # before the fork (memset, read(), realloc in place) lift the protection,
-# the child sees every block as of the fork
-uri="$pool?size=256M"
-fresh
-FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" early 200 >"$tmp/out" 2>&1
-rc=$?
-left=$(allocated)
-early=$(sum protected_early "$tmp/stats")
-written=$(sum written_early "$tmp/stats")
-if [ $rc -eq 0 ] && [ "${left:-1}" -eq 0 ] && [ "$early" -gt 0 ] && [ "$written" -gt 0 ]; then
-    ok "$(tail -n 1 "$tmp/out"), protected_early=$early written_early=$written, nothing left allocated"
-else
-    bad "early protection: rc=$rc allocated after exit=$left protected_early=$early written_early=$written"
-    tail -n 5 "$tmp/out"
-fi
+# the child sees every block as of the fork; with
+# FMEM_PRELOAD_EARLY_PROTECT=0 nothing is protected before the fork and
+# the snapshot holds as well
+for mode in early off; do
+    uri="$pool?size=256M"
+    fresh
+    if [ $mode = early ]; then
+        FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" early 200 count >"$tmp/out" 2>&1
+    else
+        FMEM_PRELOAD_EARLY_PROTECT=0 FMEM_PRELOAD_THRESHOLD=16384 \
+            pre "$tests/preload_forkpool" early 200 >"$tmp/out" 2>&1
+    fi
+    rc=$?
+    left=$(allocated)
+    early=$(sum protected_early "$tmp/stats")
+    written=$(sum written_early "$tmp/stats")
+    if [ $mode = early ]; then want=$([ "$early" -gt 0 ] && [ "$written" -gt 0 ] && echo y); else
+        want=$([ "$early" -eq 0 ] && [ "$(sum protected_at_fork "$tmp/stats")" -gt 0 ] && echo y); fi
+    if [ $rc -eq 0 ] && [ "${left:-1}" -eq 0 ] && [ "$want" = y ]; then
+        ok "$mode: $(tail -n 1 "$tmp/out"), protected_early=$early written_early=$written, nothing left allocated"
+    else
+        bad "early protection, $mode: rc=$rc allocated after exit=$left protected_early=$early written_early=$written"
+        tail -n 5 "$tmp/out"
+    fi
+done
 
 # the first fork after a 128 MiB block was allocated: the parent's CPU
 # time is under half a plain fork's (no page-by-page teardown)
