@@ -464,19 +464,36 @@ int fp_snap_early(void)
     return more;
 }
 
-/* A program that writes one long-lived block often writes the next ones
- * too (a pass over its data), and each stop costs a wake-up of the fault
- * thread, which on a busy machine waits for a processor: after a write
- * stopped in an object protected early, the next UNPROTECT_BATCH such
- * objects (in address order) lose their early protection as well, once
- * the writer goes on (fp_snap_fault_after), so that such a pass stops once
- * per batch. Lifting a protection never exposes a pool page a fork child
+/* A program that writes many long-lived blocks one after the other (a
+ * pass over its data) would stop at each, and each stop costs a wake-up of
+ * the fault thread, which on a busy machine waits for a processor: once
+ * STREAK_MIN writes stopped in objects protected early within STREAK_MS,
+ * the next UNPROTECT_BATCH such objects (in address order) after the one
+ * written lose their early protection as well, once the writer goes on
+ * (fp_snap_fault_after), so that such a pass stops about once per batch
+ * (a write now and then to one block costs the others nothing). Lifting a protection never exposes a pool page a fork child
  * reads (those are protected since a fork, FP_LAZY_FORK), and the next
  * fork protects the objects again. fp_lazy_lock() held: an object
  * protected early is unmapped under it (fp_snap_unmap, fp_obj_release). */
 #define UNPROTECT_BATCH 256
 #define UNPROTECT_SCAN (UNPROTECT_BATCH * 64)
+#define STREAK_MIN 8
+#define STREAK_MS 100
 static size_t lift_from; /* record + 1; 0: none. Under fp_lazy_lock() */
+static uint32_t streak_start, streak_n; /* likewise */
+
+
+/* A write stopped in an object protected early: 1 if it is one of a
+ * streak (fp_lazy_lock() held). */
+static int early_streak(void)
+{
+    uint32_t now = now_ms();
+    if (now - streak_start > STREAK_MS) {
+        streak_start = now;
+        streak_n = 0;
+    }
+    return ++streak_n >= STREAK_MIN;
+}
 
 void fp_snap_fault_after(void)
 {
@@ -534,7 +551,8 @@ void fp_snap_fault(char *p, char **start, size_t *len)
             o->lazy = FP_LAZY_HOT;
             if (fp_lazy_unprotect(q, fp_obj_len(o)) != 0)
                 return; /* the caller unprotects the page */
-            lift_from = k + 1; /* the next ones, once the writer goes on */
+            if (early_streak())
+                lift_from = k + 1; /* the next ones, once the writer goes on */
             *start = q;
             *len = fp_obj_len(o);
             return;
