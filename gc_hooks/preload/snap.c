@@ -482,7 +482,6 @@ int fp_snap_early(void)
 static size_t lift_from; /* record + 1; 0: none. Under fp_lazy_lock() */
 static uint32_t streak_start, streak_n; /* likewise */
 
-
 /* A write stopped in an object protected early: 1 if it is one of a
  * streak (fp_lazy_lock() held). */
 static int early_streak(void)
