@@ -11,6 +11,11 @@
  * fork, and the child, which loses the registration, remaps the
  * write-protected blocks itself (cheap there: no page table entries).
  *
+ * Most blocks are protected before the fork (snap.c, "early"): the same
+ * thread, started at the first large allocation, protects blocks live for
+ * a while between faults, and a write to such a block before any fork
+ * only lifts its protection. The fork then protects the rest.
+ *
  * Kernel writes (read() into a block) stop the same way: the protection
  * is not limited to user mode. Where userfaultfd is not allowed
  * (vm.unprivileged_userfaultfd=0 without CAP_SYS_PTRACE and no access to

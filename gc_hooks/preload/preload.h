@@ -9,11 +9,12 @@
  *                block is a few pool blocks side by side), their table
  *   cache.c      freed blocks kept for reuse, by size
  *   fork.c       fork() handlers
- *   lazy.c       named pool: blocks write-protected at fork (userfaultfd),
- *                remapped by a thread of ours at the first write after it
+ *   lazy.c       named pool: blocks write-protected at fork or before it
+ *                (userfaultfd), remapped by a thread of ours at the first
+ *                write after the fork
  *   snap.c       named pool: blocks remapped copy-on-write at fork, the
  *                fork-generation locks, blocks whose free waits for the
- *                fork children that read them
+ *                fork children that read them, blocks protected early
  *   stats.c      counters and the report at exit (FMEM_PRELOAD_STATS=1)
  *   interpose.c  malloc, free, ... as the program sees them
  */
