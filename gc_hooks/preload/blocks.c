@@ -487,7 +487,7 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
         atomic_fetch_or_explicit(&a->fresh[i >> 12], UINT64_C(1) << (i >> 6 & 63),
                                  memory_order_relaxed);
         if (fp_cfg.lazy_fork && fp_cfg.early_protect)
-            fp_snap_handed_out(a, o);
+            fp_early_handed_out(a, o);
     }
     fp_stats_add(fp_obj_len(o));
     return o;
@@ -521,7 +521,7 @@ void *fp_block_alloc(size_t size, size_t align, int zero)
     if (shared && fp_cfg.lazy_fork && fp_cfg.early_protect) {
         fp_lazy_note_alloc();
         if (fp_lazy_start())
-            fp_snap_early_step();
+            fp_early_step();
     }
     if (!p)
         atomic_fetch_add_explicit(&fp_stats.fallbacks, 1, memory_order_relaxed);

@@ -67,7 +67,7 @@ static void parent(void)
 static void child(void)
 {
     fp_lazy_child();
-    fp_snap_early_child();
+    fp_early_child();
     fp_blocks_orphan_current();
     if (done_pipe[0] >= 0) {
         close(done_pipe[0]);

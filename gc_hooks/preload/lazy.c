@@ -11,7 +11,7 @@
  * fork, and the child, which loses the registration, remaps the
  * write-protected blocks itself (cheap there: no page table entries).
  *
- * Most blocks are protected before the fork (snap.c, "early"): the same
+ * Most blocks are protected before the fork (early.c): the same
  * thread, started at the first large allocation, protects blocks live for
  * a while between faults, and a write to such a block before any fork
  * only lifts its protection. The fork then protects the rest.
@@ -53,7 +53,7 @@ static pthread_mutex_t wp_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER; /* forks of two threads */
 static int uffd = -1;
 static _Atomic int state; /* 0: not tried; 1: the fault thread runs; -1: not available */
-/* Early passes (snap.c) run this often while objects wait for one, and
+/* Early passes (early.c) run this often while objects wait for one, and
  * otherwise when a block was handed out since the last pass. */
 #define EARLY_EVERY_MS 20
 static _Atomic int handed_out; /* a block was handed out since the last early pass */
@@ -123,7 +123,7 @@ static void *fault_thread(void *arg)
         }
         if ((waiting || atomic_load(&handed_out)) && early_due()) {
             atomic_store(&handed_out, 0);
-            waiting = fp_snap_early();
+            waiting = fp_early_pass();
         }
         if (r <= 0 || !(pf[0].revents & POLLIN))
             continue;
@@ -146,7 +146,7 @@ static void *fault_thread(void *arg)
             wake(fd, (uint64_t)(uintptr_t)start, len);
         else if (fp_lazy_unprotect((char *)(uintptr_t)page, 4096) != 0)
             wake(fd, page, 4096); /* in no object: nothing to keep */
-        fp_snap_fault_after();
+        fp_early_after_fault();
     }
 }
 

@@ -14,7 +14,8 @@
  *                write after the fork
  *   snap.c       named pool: blocks remapped copy-on-write at fork, the
  *                fork-generation locks, blocks whose free waits for the
- *                fork children that read them, blocks protected early
+ *                fork children that read them
+ *   early.c      named pool: small blocks write-protected before the fork
  *   stats.c      counters and the report at exit (FMEM_PRELOAD_STATS=1)
  *   interpose.c  malloc, free, ... as the program sees them
  */
@@ -221,32 +222,42 @@ void fp_snap_parent(void);
  * *start, *len (0 if p is in none or the protection could not be lifted:
  * the caller then lifts the page's). */
 void fp_snap_fault(char *p, char **start, size_t *len);
-/* The fault thread, after waking the writer: lift the early protection
- * of the objects after one whose protection a write lifted. */
-void fp_snap_fault_after(void);
 /* A freed object mapped private since a fork: 1 if it was deferred (its
  * entry marked), 0 if no reader is left (the caller gives it back). */
 int fp_snap_defer(struct fp_arena *a, struct fp_obj *o);
 /* Unmap object o's range (keeping it reserved), and its graveyard range
  * if it has one. */
 void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o);
+/* Give back deferred objects no fork reader can see any more; `force`
+ * ignores the throttle. Block lock held (shared or exclusive). */
+void fp_snap_reap(int force);
+
+/* 1 if every piece of o is under 2 MiB (write-protected at fork, not
+ * remapped). */
+int fp_snap_small(const struct fp_obj *o);
+
+/* ---- early.c ------------------------------------------------------------ */
+
 /* The fault thread, between faults: write-protect the current named
  * arena's small shared objects that were seen by the previous pass (and
  * mark the others seen), so that a fork finds them protected already. Skips
  * the pass if the block lock is taken. 1 if some object is left to protect
  * at a later pass. */
-int fp_snap_early(void);
+int fp_early_pass(void);
 /* take(), block lock held: o was handed out (a candidate for an early
  * protection once it is a little older). */
-void fp_snap_handed_out(struct fp_arena *a, struct fp_obj *o);
+void fp_early_handed_out(struct fp_arena *a, struct fp_obj *o);
 /* After a large allocation, outside the block lock: write-protect a few
  * objects handed out long enough ago (if the block lock is free). */
-void fp_snap_early_step(void);
+void fp_early_step(void);
 /* Child of fork: forget the parent's recent objects; unlock. */
-void fp_snap_early_child(void);
-/* Give back deferred objects no fork reader can see any more; `force`
- * ignores the throttle. Block lock held (shared or exclusive). */
-void fp_snap_reap(int force);
+void fp_early_child(void);
+/* The fault thread (fp_lazy_lock() held): a write lifted the early
+ * protection of the object at record k. */
+void fp_early_written(size_t k);
+/* The fault thread, after waking the writer: in a streak of such writes,
+ * lift the early protection of the objects after it. */
+void fp_early_after_fault(void);
 
 /* ---- lazy.c ------------------------------------------------------------- */
 
