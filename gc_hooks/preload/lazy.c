@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +53,8 @@
 static pthread_mutex_t wp_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER; /* forks of two threads */
 static int uffd = -1;
+static dev_t uffd_dev; /* which file it is: a program may close it */
+static ino_t uffd_ino;
 static _Atomic int state; /* 0: not tried; 1: the fault thread runs; -1: not available */
 /* Early passes (early.c) run this often while objects wait for one, and
  * otherwise when a block was handed out since the last pass. */
@@ -114,8 +117,10 @@ static void *fault_thread(void *arg)
         }
         int r = poll(pf, kick_fd >= 0 ? 2 : 1, timeout);
         atomic_store(&idle, 0);
-        if (r < 0 && errno != EINTR)
+        if ((r < 0 && errno != EINTR) || (r > 0 && (pf[0].revents & (POLLNVAL | POLLERR)))) {
+            atomic_store(&state, -1); /* closed by the program: no protection from here */
             return NULL;
+        }
         if (r > 0 && (pf[1].revents & POLLIN)) {
             uint64_t v;
             ssize_t k = read(kick_fd, &v, sizeof v);
@@ -176,6 +181,11 @@ static int start(void)
         kick_fd = -1;
         return -1;
     }
+    struct stat sb;
+    if (fstat(fd, &sb) == 0) {
+        uffd_dev = sb.st_dev;
+        uffd_ino = sb.st_ino;
+    }
     uffd = fd;
     return 1;
 }
@@ -190,6 +200,20 @@ int fp_lazy_start(void)
         atomic_store(&state, st = start());
     pthread_mutex_unlock(&start_mu);
     return st > 0;
+}
+
+int fp_lazy_usable(void)
+{
+    if (!fp_lazy_start())
+        return 0;
+    struct stat sb;
+    if (fstat(uffd, &sb) != 0 || sb.st_dev != uffd_dev || sb.st_ino != uffd_ino) {
+        /* closed by the program (and perhaps the number reused): the
+         * kernel dropped the protections with it */
+        atomic_store(&state, -1);
+        return 0;
+    }
+    return 1;
 }
 
 int fp_lazy_protect(char *p, size_t len)

@@ -264,6 +264,10 @@ void fp_early_after_fault(void);
 /* Prepare handler, before the block lock: start the fault thread once per
  * process. 1 when blocks can be write-protected, else 0. */
 int fp_lazy_start(void);
+/* Prepare handler: fp_lazy_start(), and the userfaultfd is still ours (a
+ * program may close every descriptor): 1 when blocks protected early are
+ * still protected and more can be, else 0 (the fork remaps them all). */
+int fp_lazy_usable(void);
 /* Write-protect [p, p + len), a shared mapping of the pool: 0 or -1. */
 int fp_lazy_protect(char *p, size_t len);
 /* Lift the protection of [p, p + len) and wake the writers waiting on it:
