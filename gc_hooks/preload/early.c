@@ -58,7 +58,7 @@ static int early_one(struct fp_arena *a, size_t i)
 
 /* Objects handed out recently, oldest first: the allocating thread
  * protects those older than EARLY_AGE_MS itself (fp_early_step), so
- * that the protection keeps up with a program that allocates without
+ * that the protection keeps up with a program that allocates without a
  * pause (and with a fault thread that gets no processor). Overflow drops
  * the oldest: the fault thread's passes or the fork take them. */
 #define EARLY_RING 1024
@@ -164,10 +164,11 @@ int fp_early_pass(void)
  * the next UNPROTECT_BATCH such objects (in address order) after the one
  * written lose their early protection as well, once the writer goes on
  * (fp_early_after_fault), so that such a pass stops about once per batch
- * (a write now and then to one block costs the others nothing). Lifting a protection never exposes a pool page a fork child
- * reads (those are protected since a fork, FP_LAZY_FORK), and the next
- * fork protects the objects again. fp_lazy_lock() held: an object
- * protected early is unmapped under it (fp_snap_unmap, fp_obj_release). */
+ * (a write now and then to one block costs the others nothing). Lifting a
+ * protection never exposes a pool page a fork child reads (those are
+ * protected since a fork, FP_LAZY_FORK), and the next fork protects the
+ * objects again. fp_lazy_lock() held: an object protected early is
+ * unmapped under it (fp_snap_unmap, fp_obj_release). */
 #define UNPROTECT_BATCH 256
 #define UNPROTECT_SCAN (UNPROTECT_BATCH * 64)
 #define STREAK_MIN 8
