@@ -65,6 +65,7 @@ void fp_lock_shared(void) { pthread_rwlock_rdlock(&fork_lock); }
 void fp_unlock_shared(void) { pthread_rwlock_unlock(&fork_lock); }
 void fp_lock_all(void) { pthread_rwlock_wrlock(&fork_lock); }
 void fp_unlock_all(void) { pthread_rwlock_unlock(&fork_lock); }
+int fp_trylock_all(void) { return pthread_rwlock_trywrlock(&fork_lock); }
 
 /* Child of fork(): the locks may be held in the parent's name. */
 void fp_lock_reinit(void)
@@ -332,6 +333,12 @@ void fp_obj_release(struct fp_arena *a, struct fp_obj *o)
                       (off_t)((int64_t)o->b[i].addr + a->file_delta), (off_t)piece_len(&o->b[i]));
         fp_snap_unmap(a, o);
         o->since = 0;
+    } else if (o->lazy != FP_LAZY_NONE) {
+        /* protected early, perhaps: not while the fault thread lifts it */
+        fp_lazy_lock();
+        o->lazy = FP_LAZY_NONE;
+        drop_range(a, o, 0, fp_obj_len(o));
+        fp_lazy_unlock();
     } else {
         drop_range(a, o, 0, fp_obj_len(o));
     }
@@ -395,7 +402,7 @@ static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned
     struct fp_obj *o = &a->objs[b[0].addr >> CHUNK_SHIFT];
     o->n = (uint16_t)k;
     o->grave = 0;
-    o->lazy = 0;
+    o->lazy = FP_LAZY_NONE;
     o->pages = 0;
     o->since = 0;
     o->next = 0;
@@ -468,6 +475,8 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
     struct fp_obj *o = fp_cache_take(a, pages, (uint32_t)limit, align);
     if (o) {
         *reused = 1;
+        if (o->lazy == FP_LAZY_SEEN) /* not protected: young again */
+            o->lazy = FP_LAZY_NONE;
         atomic_fetch_add_explicit(&fp_stats.reused, 1, memory_order_relaxed);
     } else if ((o = make_obj(a, sizes, k, align)) == NULL) {
         return NULL;
@@ -477,6 +486,8 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
         size_t i = (size_t)(o - a->objs);
         atomic_fetch_or_explicit(&a->fresh[i >> 12], UINT64_C(1) << (i >> 6 & 63),
                                  memory_order_relaxed);
+        if (fp_cfg.lazy_fork && fp_cfg.early_protect)
+            fp_early_handed_out(a, o);
     }
     fp_stats_add(fp_obj_len(o));
     return o;
@@ -505,7 +516,13 @@ void *fp_block_alloc(size_t size, size_t align, int zero)
         if (zero && (reused || (a->shared && madvise(p, fp_obj_len(o), MADV_REMOVE))))
             memset(p, 0, size);
     }
+    int shared = o && a->shared;
     fp_unlock_shared();
+    if (shared && fp_cfg.lazy_fork && fp_cfg.early_protect) {
+        fp_lazy_note_alloc();
+        if (fp_lazy_start())
+            fp_early_step();
+    }
     if (!p)
         atomic_fetch_add_explicit(&fp_stats.fallbacks, 1, memory_order_relaxed);
     errno = saved;
@@ -607,6 +624,13 @@ static int grow(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
     }
     o->n += k;
     o->pages += more;
+    if (o->lazy != FP_LAZY_NONE) {
+        /* the new pieces are not protected: the next fork protects the
+         * whole object (a write to an old piece only lifts its protection) */
+        fp_lazy_lock();
+        o->lazy = FP_LAZY_HOT;
+        fp_lazy_unlock();
+    }
     return 0;
 }
 
@@ -691,7 +715,8 @@ void fp_blocks_orphan_current(void)
         /* write-protected in the parent (lazy.c): still the shared mapping
          * here, which the parent no longer writes; made this process's
          * copy-on-write view before anything here writes it */
-        if (o->since && !(e & FP_E_COPY) && (!o->lazy || fp_snap_unshare(a, o) == 0)) {
+        if (o->since && !(e & FP_E_COPY) &&
+            (o->lazy != FP_LAZY_FORK || fp_snap_unshare(a, o) == 0)) {
             atomic_store(&a->table[i], e | FP_E_PRIVATE);
             continue;
         }
@@ -703,7 +728,7 @@ void fp_blocks_orphan_current(void)
             fp_say("fork child: cannot copy a %zu-byte block", len);
             abort();
         }
-        o->lazy = 0;
+        o->lazy = FP_LAZY_NONE;
         atomic_store(&a->table[i], e | FP_E_PRIVATE);
         atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
     }

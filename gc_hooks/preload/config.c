@@ -28,7 +28,8 @@
 
 #define DEFAULT_THRESHOLD ((size_t)128 * 1024)
 
-struct fp_config fp_cfg = {.threshold = DEFAULT_THRESHOLD, .stats_fd = -1, .lazy_fork = 1};
+struct fp_config fp_cfg = {.threshold = DEFAULT_THRESHOLD, .stats_fd = -1, .lazy_fork = 1,
+                         .early_protect = 1};
 static _Atomic int state; /* 0 unread, 1 being read, 2 ready */
 
 static void say(int fd, const char *fmt, va_list ap)
@@ -113,6 +114,9 @@ static int read_env(void)
     const char *l = getenv("FMEM_PRELOAD_LAZY_FORK");
     if (l && strcmp(l, "0") == 0)
         fp_cfg.lazy_fork = 0; /* fork remaps every block at once (lazy.c) */
+    const char *e = getenv("FMEM_PRELOAD_EARLY_PROTECT");
+    if (e && strcmp(e, "0") == 0)
+        fp_cfg.early_protect = 0; /* only the fork write-protects (snap.c) */
     const char *u = getenv("FMEM_PRELOAD_URI");
     if (!u) { /* fmem_open would read it only at the first large request */
         const char *d = getenv("FMEM_URI");

@@ -40,7 +40,7 @@ static void prepare(void)
 {
     struct fp_arena *a = atomic_load(&fp_current);
     /* the fault thread is started outside the block lock (it may allocate) */
-    int lazy = a && a->shared && atomic_load(&a->live) && fp_lazy_start();
+    int lazy = a && a->shared && atomic_load(&a->live) && fp_lazy_usable();
     fp_lock_all();
     fp_lazy_lock(); /* no remap by the fault thread until after the fork */
     if (current_shared() && fp_snap_prepare(lazy) && pipe2(done_pipe, O_CLOEXEC))
@@ -67,6 +67,7 @@ static void parent(void)
 static void child(void)
 {
     fp_lazy_child();
+    fp_early_child();
     fp_blocks_orphan_current();
     if (done_pipe[0] >= 0) {
         close(done_pipe[0]);

@@ -9,11 +9,13 @@
  *                block is a few pool blocks side by side), their table
  *   cache.c      freed blocks kept for reuse, by size
  *   fork.c       fork() handlers
- *   lazy.c       named pool: blocks write-protected at fork (userfaultfd),
- *                remapped by a thread of ours at the first write after it
+ *   lazy.c       named pool: blocks write-protected at fork or before it
+ *                (userfaultfd), remapped by a thread of ours at the first
+ *                write after the fork
  *   snap.c       named pool: blocks remapped copy-on-write at fork, the
  *                fork-generation locks, blocks whose free waits for the
  *                fork children that read them
+ *   early.c      named pool: small blocks write-protected before the fork
  *   stats.c      counters and the report at exit (FMEM_PRELOAD_STATS=1)
  *   interpose.c  malloc, free, ... as the program sees them
  */
@@ -58,6 +60,8 @@ struct fp_config {
     const char *uri;  /* pool URI (NULL: fmem_open's default) */
     int lazy_fork;    /* named pool: write-protect at fork (lazy.c); 0 with
                        * FMEM_PRELOAD_LAZY_FORK=0 */
+    int early_protect; /* lazy fork: write-protect long-lived blocks before
+                        * the fork (snap.c); 0 with FMEM_PRELOAD_EARLY_PROTECT=0 */
 };
 extern struct fp_config fp_cfg;
 /* Read the environment once; later calls return at once. 0 when the
@@ -107,9 +111,9 @@ struct fp_obj {
     uint16_t n;          /* pieces, in address order */
     uint8_t grave;       /* named pool: some piece's shared mapping was moved
                           * to the graveyard at fork (snap.c) */
-    uint8_t lazy;        /* named pool: still mapped shared, write-protected
-                          * since a fork; remapped at the first write
-                          * (lazy.c); changed under fp_lazy_lock() */
+    uint8_t lazy;        /* named pool, FP_LAZY_*: write protection of the
+                          * shared mapping (lazy.c); changed under
+                          * fp_lazy_lock() */
     uint32_t pages;      /* the object's length in 4 KiB pages */
     uint32_t since;      /* named pool: mapped MAP_PRIVATE since this fork
                           * generation (snap.c); 0: mapped MAP_SHARED;
@@ -125,6 +129,15 @@ struct fp_obj {
                                            * always with FP_E_CACHED */
 #define FP_E_COPY (UINT64_C(1) << 43)     /* not (wholly) remapped at fork: the child copies it */
 #define FP_CHUNK_SHIFT 12
+/* fp_obj.lazy */
+#define FP_LAZY_NONE 0  /* not write-protected */
+#define FP_LAZY_FORK 1  /* write-protected since a fork: remapped MAP_PRIVATE
+                         * at the first write after it */
+#define FP_LAZY_SEEN 2  /* looked at by an early pass; protected at the next */
+#define FP_LAZY_EARLY 3 /* write-protected before any fork reads it: a write
+                         * only lifts the protection; the next fork keeps it */
+#define FP_LAZY_HOT 4   /* written after an early protection: protected again
+                         * only by a fork */
 #define FP_SINCE_ANON UINT32_MAX
 
 /* shared between blocks.c, cache.c and fork.c */
@@ -170,6 +183,7 @@ extern struct fp_arena *_Atomic fp_current; /* where new blocks come from */
 void fp_lock_shared(void);
 void fp_unlock_shared(void);
 void fp_lock_all(void);
+int fp_trylock_all(void); /* 0 when taken */
 void fp_unlock_all(void);
 void fp_lock_reinit(void);
 /* Child side of fork: turn the current arena's blocks into private
@@ -203,8 +217,10 @@ int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o);
 /* Parent after fork (or a failed fork): close its copy of the lock. */
 void fp_snap_parent(void);
 /* The fault thread (lazy.c, fp_lazy_lock() held): a write stopped at
- * address p. Remap the write-protected object holding p MAP_PRIVATE; its
- * range in *start, *len (0 if p is in none). */
+ * address p. Remap the object holding p MAP_PRIVATE if it is protected
+ * since a fork, else (protected early) lift its protection; its range in
+ * *start, *len (0 if p is in none or the protection could not be lifted:
+ * the caller then lifts the page's). */
 void fp_snap_fault(char *p, char **start, size_t *len);
 /* A freed object mapped private since a fork: 1 if it was deferred (its
  * entry marked), 0 if no reader is left (the caller gives it back). */
@@ -216,13 +232,51 @@ void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o);
  * ignores the throttle. Block lock held (shared or exclusive). */
 void fp_snap_reap(int force);
 
+/* 1 if every piece of o is under 2 MiB (write-protected at fork, not
+ * remapped). */
+int fp_snap_small(const struct fp_obj *o);
+
+/* ---- early.c ------------------------------------------------------------ */
+
+/* The fault thread, between faults: write-protect the current named
+ * arena's small shared objects that were seen by the previous pass (and
+ * mark the others seen), so that a fork finds them protected already. Skips
+ * the pass if the block lock is taken. 1 if some object is left to protect
+ * at a later pass. */
+int fp_early_pass(void);
+/* take(), block lock held: o was handed out (a candidate for an early
+ * protection once it is a little older). */
+void fp_early_handed_out(struct fp_arena *a, struct fp_obj *o);
+/* After a large allocation, outside the block lock: write-protect a few
+ * objects handed out long enough ago (if the block lock is free). */
+void fp_early_step(void);
+/* Child of fork: forget the parent's recent objects; unlock. */
+void fp_early_child(void);
+/* The fault thread (fp_lazy_lock() held): a write lifted the early
+ * protection of the object at record k. */
+void fp_early_written(size_t k);
+/* The fault thread, after waking the writer: in a streak of such writes,
+ * lift the early protection of the objects after it. */
+void fp_early_after_fault(void);
+
 /* ---- lazy.c ------------------------------------------------------------- */
 
 /* Prepare handler, before the block lock: start the fault thread once per
  * process. 1 when blocks can be write-protected, else 0. */
 int fp_lazy_start(void);
+/* Prepare handler: fp_lazy_start(), and the userfaultfd is still ours (a
+ * program may close every descriptor): 1 when blocks protected early are
+ * still protected and more can be, else 0 (the fork remaps them all). */
+int fp_lazy_usable(void);
 /* Write-protect [p, p + len), a shared mapping of the pool: 0 or -1. */
 int fp_lazy_protect(char *p, size_t len);
+/* Lift the protection of [p, p + len) and wake the writers waiting on it:
+ * 0 or -1. */
+int fp_lazy_unprotect(char *p, size_t len);
+/* A large block was handed out in a named pool: start the fault thread
+ * (outside the block lock) so that it protects long-lived blocks before
+ * the first fork. */
+void fp_lazy_note_alloc(void);
 void fp_lazy_lock(void);
 void fp_lazy_unlock(void);
 /* Child of fork: no fault thread here, no registration; unlock. */
@@ -257,6 +311,8 @@ struct fp_stats {
     _Atomic uint64_t remapped_at_fork; /* bytes remapped copy-on-write at fork (snap.c) */
     _Atomic uint64_t protected_at_fork; /* bytes write-protected at fork (lazy.c) */
     _Atomic uint64_t remapped_on_write; /* of those, remapped at a write after the fork */
+    _Atomic uint64_t protected_early; /* bytes write-protected ahead of a fork (lazy.c) */
+    _Atomic uint64_t written_early;   /* of those, bytes written again before a fork */
     _Atomic uint64_t reused;    /* large blocks served from the cache */
     _Atomic uint64_t no_room;   /* large requests the pool had no room for
                                  * (counted in fallbacks too) */

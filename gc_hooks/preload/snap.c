@@ -140,6 +140,7 @@ static int copy_private(struct fp_arena *a, struct fp_obj *o)
     if (copy_in_place(a, o) != 0)
         return -1;
     o->since = FP_SINCE_ANON;
+    o->lazy = FP_LAZY_NONE; /* a new mapping: no protection */
     atomic_fetch_add_explicit(&fp_stats.copied_at_fork, fp_obj_len(o), memory_order_relaxed);
     return 0;
 }
@@ -207,7 +208,7 @@ static void zap_shared(struct fp_arena *a, size_t nchunks)
     zap_flush(&r);
 }
 
-static int all_small(const struct fp_obj *o)
+int fp_snap_small(const struct fp_obj *o)
 {
     for (unsigned k = 0; k < o->n; k++)
         if (((size_t)1 << (FP_CHUNK_SHIFT + o->b[k].log2)) >= MOVE_MIN)
@@ -237,13 +238,16 @@ static int snap_one(struct fp_arena *a, size_t i, int fd, uint32_t gen, int lazy
         atomic_store(&a->table[i], e | FP_E_COPY); /* the child copies */
         return 1;
     }
-    if (lazy && all_small(o) && fp_lazy_protect(fp_obj_ptr(a, o), fp_obj_len(o)) == 0) {
-        o->lazy = 1;
+    /* an object protected early (and not written since) needs no call */
+    if (lazy && fp_snap_small(o) &&
+        (o->lazy == FP_LAZY_EARLY || fp_lazy_protect(fp_obj_ptr(a, o), fp_obj_len(o)) == 0)) {
+        o->lazy = FP_LAZY_FORK;
         o->since = gen;
         atomic_fetch_add_explicit(&fp_stats.protected_at_fork, fp_obj_len(o), memory_order_relaxed);
         return 0;
     }
     int rc = 0;
+    o->lazy = FP_LAZY_NONE; /* the remap drops an early protection */
     if (remap_private(a, o)) {
         /* partly private: pinned like the others, and copied by the child */
         atomic_store(&a->table[i], e | FP_E_COPY);
@@ -316,7 +320,7 @@ int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o)
 {
     if (remap_private(a, o) && copy_in_place(a, o))
         return -1;
-    o->lazy = 0;
+    o->lazy = FP_LAZY_NONE;
     return 0;
 }
 
@@ -340,8 +344,23 @@ void fp_snap_fault(char *p, char **start, size_t *len)
             continue;
         struct fp_obj *o = &a->objs[k];
         char *q = fp_obj_ptr(a, o);
-        if (!o->lazy || p >= q + fp_obj_len(o))
+        if (p >= q + fp_obj_len(o))
             return;
+        if (o->lazy != FP_LAZY_FORK) {
+            /* protected early (or grown since): no fork child reads its
+             * pool pages, the write may go on; the next fork protects the
+             * object again (even if only the page is unprotected here) */
+            if (o->lazy == FP_LAZY_EARLY)
+                atomic_fetch_add_explicit(&fp_stats.written_early, fp_obj_len(o),
+                                          memory_order_relaxed);
+            o->lazy = FP_LAZY_HOT;
+            if (fp_lazy_unprotect(q, fp_obj_len(o)) != 0)
+                return; /* the caller unprotects the page */
+            fp_early_written(k);
+            *start = q;
+            *len = fp_obj_len(o);
+            return;
+        }
         if (fp_snap_unshare(a, o)) {
             /* the write would reach the pool pages the children read */
             fp_say("fork: cannot remap a %zu-byte block before writing it", fp_obj_len(o));

@@ -43,7 +43,8 @@ __attribute__((destructor)) static void report(void)
         return;
     fp_say_fd(fd, "pid=%ld threshold=%zu large_allocs=%llu large_frees=%llu fallbacks=%llu "
            "live_bytes=%llu peak_bytes=%llu copied_at_fork=%llu remapped_at_fork=%llu reused=%llu "
-           "no_room=%llu grown=%llu protected_at_fork=%llu remapped_on_write=%llu",
+           "no_room=%llu grown=%llu protected_at_fork=%llu remapped_on_write=%llu "
+           "protected_early=%llu written_early=%llu",
            (long)getpid(), fp_cfg.threshold, (unsigned long long)fp_stats.allocs,
            (unsigned long long)fp_stats.frees, (unsigned long long)fp_stats.fallbacks,
            (unsigned long long)fp_stats.live_bytes, (unsigned long long)fp_stats.peak_bytes,
@@ -51,7 +52,9 @@ __attribute__((destructor)) static void report(void)
            (unsigned long long)fp_stats.remapped_at_fork, (unsigned long long)fp_stats.reused,
            (unsigned long long)fp_stats.no_room, (unsigned long long)fp_stats.grown,
            (unsigned long long)fp_stats.protected_at_fork,
-           (unsigned long long)fp_stats.remapped_on_write);
+           (unsigned long long)fp_stats.remapped_on_write,
+           (unsigned long long)fp_stats.protected_early,
+           (unsigned long long)fp_stats.written_early);
     if (fp_cfg.stats_path)
         close(fd);
 }

@@ -8,7 +8,8 @@
 # nothing; more than 64 generations deep and 100 forks of one parent work;
 # forks while threads write into the block being remapped; many small
 # blocks with gaps between them remapped one call each; the first fork
-# costs the parent less than half a plain fork's CPU. With PRELOAD_FORK_DIR
+# costs the parent less than half a plain fork's CPU; blocks left alone
+# for a while are write-protected before the fork. With PRELOAD_FORK_DIR
 # on a tmpfs mounted huge=within_size (or always) it all runs on 2 MiB
 # pages, and a block is checked to be on them; the last line says which.
 # PRELOAD_LIB runs it against another build of the library.
@@ -248,6 +249,35 @@ for mode in $modes; do
         ok "$mode: $(tail -n 1 "$tmp/out"), protected_at_fork=$prot remapped_on_write=$onwrite, nothing left allocated"
     else
         bad "$mode fork: rc=$rc allocated after exit=$left protected=$prot on_write=$onwrite"; tail -n 5 "$tmp/out"
+    fi
+done
+
+# blocks left alone for a while are write-protected before the first fork
+# (the fork then makes a call only for the three written since); writes
+# before the fork (memset, read(), realloc in place) lift the protection,
+# the child sees every block as of the fork; with
+# FMEM_PRELOAD_EARLY_PROTECT=0 nothing is protected before the fork and
+# the snapshot holds as well
+for mode in early off; do
+    uri="$pool?size=256M"
+    fresh
+    if [ $mode = early ]; then
+        FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" early 200 count >"$tmp/out" 2>&1
+    else
+        FMEM_PRELOAD_EARLY_PROTECT=0 FMEM_PRELOAD_THRESHOLD=16384 \
+            pre "$tests/preload_forkpool" early 200 >"$tmp/out" 2>&1
+    fi
+    rc=$?
+    left=$(allocated)
+    early=$(sum protected_early "$tmp/stats")
+    written=$(sum written_early "$tmp/stats")
+    if [ $mode = early ]; then want=$([ "$early" -gt 0 ] && [ "$written" -gt 0 ] && echo y); else
+        want=$([ "$early" -eq 0 ] && [ "$(sum protected_at_fork "$tmp/stats")" -gt 0 ] && echo y); fi
+    if [ $rc -eq 0 ] && [ "${left:-1}" -eq 0 ] && [ "$want" = y ]; then
+        ok "$mode: $(tail -n 1 "$tmp/out"), protected_early=$early written_early=$written, nothing left allocated"
+    else
+        bad "early protection, $mode: rc=$rc allocated after exit=$left protected_early=$early written_early=$written"
+        tail -n 5 "$tmp/out"
     fi
 done
 

@@ -68,19 +68,30 @@
  *                    "count" the forking thread makes at most 2 remapping
  *                    calls per fork (the work at fork does not grow with
  *                    the number of blocks)
+ *   early N [count]  N blocks of 200 KB left alone for a while (write-
+ *                    protected before any fork); three of them are then
+ *                    written (one through read(), one grown in place by
+ *                    realloc) before a fork; the child sees every block as
+ *                    of the fork while the parent rewrites them (one
+ *                    through read()); with "count" the fork makes at most
+ *                    4 write-protect calls (counted through this program's
+ *                    own ioctl)
  *   huge SIZE        a SIZE-byte block is mapped on 2 MiB pages (its pool
  *                    file's tmpfs is mounted huge=within_size); after a
  *                    fork both sides see their snapshots
  * Exit status 0 when every check held; one line per failed check. */
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -132,6 +143,21 @@ __attribute__((visibility("default"))) void *mmap(void *addr, size_t len, int pr
         my_private_maps++;
     }
     return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+/* Write-protect calls (userfaultfd) made by this thread, counted through
+ * this program's ioctl, which the interposer calls (as for mmap above). */
+static _Thread_local long my_protects;
+__attribute__((visibility("default"))) int ioctl(int fd, unsigned long req, ...)
+{
+    va_list ap;
+    va_start(ap, req);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (req == UFFDIO_WRITEPROTECT &&
+        (((const struct uffdio_writeprotect *)arg)->mode & UFFDIO_WRITEPROTECT_MODE_WP))
+        my_protects++;
+    return (int)syscall(SYS_ioctl, fd, req, arg);
 }
 
 /* Private anonymous memory of this process, kB (RssAnon). */
@@ -868,6 +894,77 @@ static void lazy(int n, int forks, int count)
            n, GAP_SIZE / 1000, forks, nested, most, (unsigned long)(uintptr_t)res);
 }
 
+/* early: see the top of the file */
+static void early(int n, int count)
+{
+    unsigned char **b = calloc((size_t)n, sizeof *b);
+    size_t *sz = calloc((size_t)n, sizeof *sz);
+    unsigned char *v = calloc((size_t)n, 1); /* each block's bytes at the fork */
+    for (int i = 0; i < n; i++) {
+        sz[i] = GAP_SIZE;
+        b[i] = malloc(sz[i]);
+        memset(b[i], v[i] = gap_val(i, 0), sz[i]);
+    }
+    CHECK(in_pool(b[0]) && in_pool(b[n - 1]));
+    sleep(1); /* long enough for the blocks to be protected early */
+    int kfd = memfd_create("preload-forkpool-early", MFD_CLOEXEC);
+    CHECK(kfd >= 0);
+    unsigned char *buf = malloc(GAP_SIZE + 32768);
+    /* written before the fork: by the kernel, by memset, grown in place */
+    memset(buf, v[0] = gap_val(0, 1), sz[0]);
+    CHECK(pwrite(kfd, buf, sz[0], 0) == (ssize_t)sz[0]);
+    CHECK(pread(kfd, b[0], sz[0], 0) == (ssize_t)sz[0]);
+    memset(b[1], v[1] = gap_val(1, 1), sz[1]);
+    unsigned char *r = realloc(b[2], GAP_SIZE + 32768);
+    CHECK(r == b[2]); /* grown where it is (its slot holds 256 KB) */
+    sz[2] = GAP_SIZE + 32768;
+    memset(b[2], v[2] = gap_val(2, 1), sz[2]);
+    int p2c[2], c2p[2];
+    if (pipe(p2c) || pipe(c2p))
+        exit(2);
+    long before = my_protects;
+    pid_t pid = fork();
+    if (pid == 0) {
+        get(p2c[0]); /* the parent has rewritten every block */
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += !all(b[i], sz[i], v[i]);
+        for (int i = 0; i < n; i++)
+            memset(b[i], 0xC5, sz[i]);
+        if (bad)
+            fprintf(stderr, "early: %d blocks not as of the fork\n", bad);
+        put(c2p[1]);
+        _exit(bad ? 1 : 0);
+    }
+    long protects = my_protects - before;
+    memset(buf, gap_val(3, 2), sz[3]);
+    CHECK(pwrite(kfd, buf, sz[3], 0) == (ssize_t)sz[3]);
+    CHECK(pread(kfd, b[3], sz[3], 0) == (ssize_t)sz[3]);
+    for (int i = 0; i < n; i++)
+        if (i != 3)
+            memset(b[i], gap_val(i, 2), sz[i]);
+    put(p2c[1]);
+    get(c2p[0]);
+    CHECK(wait_ok(pid));
+    int wrong = 0;
+    for (int i = 0; i < n; i++)
+        wrong += !all(b[i], sz[i], gap_val(i, 2));
+    CHECK(wrong == 0);
+    if (count)
+        CHECK(protects <= 4);
+    for (int i = 0; i < n; i++)
+        free(b[i]);
+    free(buf);
+    free(b);
+    free(sz);
+    free(v);
+    close(kfd);
+    printf("early: %d blocks of %zu KB left alone before the fork, 3 written before it: "
+           "%ld write-protect calls during the fork; the snapshot held while the parent "
+           "rewrote every block\n",
+           n, GAP_SIZE / 1000, protects);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -897,13 +994,15 @@ int main(int argc, char **argv)
     }
     else if ((argc == 4 || argc == 5) && strcmp(argv[1], "lazy") == 0)
         lazy(atoi(argv[2]), atoi(argv[3]), argc == 5 && strcmp(argv[4], "count") == 0);
+    else if ((argc == 3 || argc == 4) && strcmp(argv[1], "early") == 0)
+        early(atoi(argv[2]), argc == 4 && strcmp(argv[3], "count") == 0);
     else if (argc == 3 && strcmp(argv[1], "huge") == 0)
         huge((size_t)atol(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "firstfork") == 0)
         firstfork((size_t)atol(argv[2]));
     else {
         fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
-                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|huge SIZE\n");
+                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|early N [count]|huge SIZE\n");
         return 2;
     }
     return failed != 0;
