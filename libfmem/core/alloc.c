@@ -8,7 +8,6 @@
 #include "env_flag.h"
 #include "fmem.h"
 #include "protocol.h"
-#include "thread_table.h"
 
 _Thread_local unsigned node_last_retries;
 
@@ -569,11 +568,16 @@ out:
 }
 
 /* ---- the free of an own allocation ------------------------------------------
- * A thread that frees a chunk-layer block it allocated itself knows what
- * the checks before a free would read: the key entry (read with the
- * commit, or from the span's snapshot) and the log entry (the
- * allocation's, flushed by a post that goes out ahead of anything else on
- * the thread's queue pair). Its free is then one CAS and one round trip,
+ * A client that frees a chunk-layer block it allocated knows what the
+ * checks before a free would read: the key entry (read with the commit,
+ * or from the span's snapshot) and the log entry (the allocation's,
+ * flushed by a post that goes out ahead of anything else on the allocating
+ * thread's queue pair). The records are the node's, for all its threads
+ * (own_records): a thread freeing a block another thread allocated uses
+ * the record once that thread's posts, the flush among them, are known to
+ * have executed (tp_post_landed: on its own queue pair at once, on another
+ * once a later chain of that queue pair has completed), else the checks
+ * (the flush may still be held there). The free is then one CAS and one round trip,
  * like an allocation's commit: the key CAS, whose expected value is the
  * remembered key entry (main and backup key), decides whether the free is
  * ours. The quarantine mark of the log entry is posted only once it won,
@@ -604,31 +608,61 @@ out:
  * frees. Over windows only (the key entry of an allocated block with a
  * backup changes by frees alone) and not where keys work from one queue
  * pair only (type-2 windows). */
-#define OWN_SLOTS 128
+#define OWN_SLOTS 4096
 
-/* Slot of a block: blocks of one size are consecutive numbers here, so a
- * thread's live allocations of one size do not evict each other. */
+/* Slot of a block: blocks of one size are consecutive numbers here, so
+ * live allocations of one size do not evict each other. */
 static unsigned own_slot(uint64_t chunk, unsigned log2c)
 {
     return (unsigned)(((chunk >> log2c) + 37u * log2c) % OWN_SLOTS);
 }
 
 struct own_alloc {
-    const struct node *n;
     uint64_t chunk, cap, e, lost;
+    uint64_t ticket; /* the allocating thread's posts, its flush among them */
     uint32_t rkey;
     unsigned log2c;
+    bool live;
 };
 
-/* A table per thread (thread_table.h) */
-static struct thread_table own_tables = THREAD_TABLE(OWN_SLOTS, sizeof(struct own_alloc));
-static _Thread_local struct own_alloc *tl_own;
+/* The records of a node, one table for all its threads, so that a block
+ * another thread allocated is freed in one CAS too. A slot whose lock is
+ * taken is passed over (not remembered, or freed the general way). */
+struct own_records {
+    struct own_rec {
+        atomic_flag busy;
+        struct own_alloc a;
+    } slot[OWN_SLOTS];
+};
 
-static struct own_alloc *own_table(bool create)
+static struct own_rec *own_lock(struct node *n, uint64_t chunk, unsigned log2c, bool create)
 {
-    if (!tl_own && create)
-        tl_own = thread_table_new(&own_tables);
-    return tl_own;
+    struct own_records *t = atomic_load_explicit(&n->own, memory_order_acquire);
+    if (!t && create) {
+        struct own_records *fresh = calloc(1, sizeof *fresh), *none = NULL;
+        if (!fresh)
+            return NULL;
+        if (atomic_compare_exchange_strong(&n->own, &none, fresh))
+            t = fresh;
+        else {
+            free(fresh);
+            t = none;
+        }
+    }
+    if (!t)
+        return NULL;
+    struct own_rec *r = &t->slot[own_slot(chunk, log2c)];
+    return atomic_flag_test_and_set_explicit(&r->busy, memory_order_acquire) ? NULL : r;
+}
+
+static void own_unlock(struct own_rec *r)
+{
+    atomic_flag_clear_explicit(&r->busy, memory_order_release);
+}
+
+void node_own_records_free(struct node *n)
+{
+    free(atomic_load(&n->own));
 }
 
 static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap)
@@ -636,34 +670,39 @@ static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_
     uint64_t c, want, s = chunk / CHUNKS_PER_SPAN;
     if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4)
         return;
-    struct own_alloc *t = own_table(true);
-    if (!t)
+    bool ok = quarantines(n, log2c) && cap_backup(cap) != 0 && cap_main(cap) != 0 &&
+              log_expected_span(s, cache_get(n->span_cache, s), &c, &want) && c == chunk &&
+              log_alloc(want) && log_log2(want) == log2c;
+    struct own_rec *r = own_lock(n, chunk, log2c, ok);
+    if (!r)
         return;
-    struct own_alloc *o = &t[own_slot(chunk, log2c)];
-    o->n = NULL;
-    if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4 || !quarantines(n, log2c) ||
-        cap_backup(cap) == 0 || cap_main(cap) == 0 ||
-        !log_expected_span(s, cache_get(n->span_cache, s), &c, &want) || c != chunk ||
-        !log_alloc(want) || log_log2(want) != log2c)
-        return;
-    *o = (struct own_alloc){.n = n, .chunk = chunk, .log2c = log2c, .rkey = cap_main(cap),
-                            .cap = cap, .e = want, .lost = tp_post_lost(n->tp)};
+    if (ok) /* evicts the slot's record: that block is freed the general way */
+        r->a = (struct own_alloc){.chunk = chunk, .log2c = log2c, .rkey = cap_main(cap),
+                                  .cap = cap, .e = want, .lost = tp_post_lost(n->tp),
+                                  .ticket = tp_post_ticket(n->tp), .live = true};
+    else if (r->a.chunk == chunk && r->a.log2c == log2c)
+        r->a.live = false; /* a stale record of this block */
+    own_unlock(r);
 }
 
 /* 0: freed; OWN_NOT: not a remembered own allocation (or its key is
  * dead): free it the general way; else an error. */
 static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
-    struct own_alloc *t = own_table(false);
-    if (!t)
+    struct own_rec *r = own_lock(n, chunk, log2c, false);
+    if (!r)
         return OWN_NOT;
-    struct own_alloc *o = &t[own_slot(chunk, log2c)];
-    if (o->n != n || o->chunk != chunk || o->log2c != log2c)
-        return OWN_NOT;
-    struct own_alloc a = *o;
-    o->n = NULL; /* used once, whatever happens */
-    if (a.rkey != rkey || a.lost != tp_post_lost(n->tp))
+    struct own_alloc a = r->a;
+    bool mine = a.live && a.chunk == chunk && a.log2c == log2c;
+    if (mine)
+        r->a.live = false; /* used once, whatever happens */
+    own_unlock(r);
+    if (!mine || a.rkey != rkey || a.lost != tp_post_lost(n->tp))
         return OWN_NOT; /* another key, or the flush may be lost */
+    /* allocated by a thread on another queue pair: its flush is posted
+     * there and may not have executed yet (the mark would then miss it) */
+    if (!tp_post_landed(n->tp, a.ticket))
+        return OWN_NOT;
     uint64_t off = key_off(n, chunk, log2c), next;
     if (cap_backup(a.cap) == 0)
         return OWN_NOT; /* own_remember keeps none such */

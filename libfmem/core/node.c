@@ -310,6 +310,7 @@ void node_close(struct node *n)
      * and a fork child closing its copy leaves the parent's slot alone */
     if (node_holds_slot(n))
         node_release_uid(n, n->uid, n->slot_pid);
+    node_own_records_free(n);
     free(n->sec_cache);
     free(n->span_cache);
     free(n->sec_flushed);
