@@ -2,8 +2,10 @@
  * hand out and check capability keys, and order a free so that the old key
  * dies before the block can be handed to anyone else. */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "cpu_relax.h"
 #include "crashpoint.h"
 #include "env_flag.h"
 #include "fmem.h"
@@ -242,8 +244,11 @@ static bool own_bell_each(void)
     return env_flag(&v, "FMEM_OWN_BELL_EACH", false);
 }
 
+static void marks_send(struct node *n);
+
 static void ring_owed(struct node *n)
 {
+    marks_send(n); /* the marks first: the ring's pass frees marked blocks */
     if (owed_bell.n != n || !owed_bell.frees)
         return;
     if (!n->tp->wkeys_off) { /* a node that took the record's address */
@@ -625,6 +630,9 @@ struct own_alloc {
     bool live;
 };
 
+/* Marks of won frees not posted yet (own_hold_mark), at most OWN_MARKS */
+#define OWN_MARKS 8
+
 /* The records of a node, one table for all its threads, so that a block
  * another thread allocated is freed in one CAS too. A slot whose lock is
  * taken is passed over (not remembered, or freed the general way). */
@@ -633,6 +641,12 @@ struct own_records {
         atomic_flag busy;
         struct own_alloc a;
     } slot[OWN_SLOTS];
+    atomic_flag marks_busy;
+    _Atomic unsigned nmarks;
+    struct held_mark {
+        uint64_t chunk, e;
+        unsigned log2c;
+    } marks[OWN_MARKS];
 };
 
 static struct own_rec *own_lock(struct node *n, uint64_t chunk, unsigned log2c, bool create)
@@ -663,6 +677,73 @@ static void own_unlock(struct own_rec *r)
 void node_own_records_free(struct node *n)
 {
     free(atomic_load(&n->own));
+}
+
+static void mark_found(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cur);
+
+/* FMEM_OWN_MARK_EACH=1: post each own free's mark at once (bench/rdma-bench.sh compares) */
+static bool own_mark_each(void)
+{
+    static _Atomic int v = -1;
+    return env_flag(&v, "FMEM_OWN_MARK_EACH", false);
+}
+
+static void marks_lock(struct own_records *t)
+{
+    while (atomic_flag_test_and_set_explicit(&t->marks_busy, memory_order_acquire))
+        cpu_relax();
+}
+
+/* Post the held marks, in one ibv_post_send (the last one trails, the
+ * others are held in front of it). Any thread may: a mark is held only
+ * after its key CAS won and the allocation's flush had executed, so the
+ * log entry it expects is there and only a mark changes it. */
+static void marks_send(struct node *n)
+{
+    struct own_records *t = atomic_load_explicit(&n->own, memory_order_acquire);
+    if (!t || !atomic_load_explicit(&t->nmarks, memory_order_relaxed))
+        return;
+    struct held_mark m[OWN_MARKS];
+    marks_lock(t);
+    unsigned k = atomic_load_explicit(&t->nmarks, memory_order_relaxed);
+    memcpy(m, t->marks, k * sizeof *m);
+    atomic_store_explicit(&t->nmarks, 0, memory_order_relaxed);
+    atomic_flag_clear_explicit(&t->marks_busy, memory_order_release);
+    for (unsigned i = 0; i < k; i++) {
+        struct tp_op mark = {.kind = TP_CAS, .off = log_off(n, m[i].chunk), .expect = m[i].e,
+                             .desired = m[i].e | LOG_QUARANTINE, .trail = i + 1 == k};
+        /* a mark lost with its queue pair: the user's recovery frees the block */
+        if (tp_post(n->tp, &mark) == 1 && mark.old != m[i].e) /* waited for */
+            mark_found(n, m[i].chunk, m[i].log2c, mark.old);
+    }
+}
+
+/* Hold the mark of a won own free: a run of frees posts its marks
+ * OWN_MARKS at a time, and the held ones go out with the next allocation,
+ * check, general free, count of allocated bytes or close of any thread
+ * of the process (ring_owed, node_send_marks). */
+static void own_hold_mark(struct node *n, uint64_t chunk, unsigned log2c, uint64_t e)
+{
+    struct own_records *t = atomic_load_explicit(&n->own, memory_order_acquire);
+    for (;;) {
+        marks_lock(t);
+        unsigned k = atomic_load_explicit(&t->nmarks, memory_order_relaxed);
+        if (k < OWN_MARKS) {
+            t->marks[k] = (struct held_mark){.chunk = chunk, .e = e, .log2c = log2c};
+            atomic_store_explicit(&t->nmarks, k + 1, memory_order_relaxed);
+            atomic_flag_clear_explicit(&t->marks_busy, memory_order_release);
+            if (k + 1 == OWN_MARKS || own_mark_each())
+                marks_send(n);
+            return;
+        }
+        atomic_flag_clear_explicit(&t->marks_busy, memory_order_release);
+        marks_send(n); /* full: another thread's run */
+    }
+}
+
+void node_send_marks(struct node *n)
+{
+    marks_send(n);
 }
 
 static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap)
@@ -713,14 +794,8 @@ static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rke
         return rc;
     if (kc.old != a.cap)
         return OWN_NOT; /* freed since (see above): the checks judge it */
-    /* ours: the key is revoked; the mark, then the doorbell naming it */
-    struct tp_op mark = {.kind = TP_CAS, .off = log_off(n, chunk), .expect = a.e,
-                         .desired = a.e | LOG_QUARANTINE, .trail = true};
-    rc = tp_post(n->tp, &mark);
-    if (rc < 0)
-        return rc;
-    if (rc == 1 && mark.old != a.e) /* waited for (FMEM_VERBS_WAIT_POSTS=1, full) */
-        mark_found(n, chunk, log2c, mark.old);
+    /* ours: the key is revoked; the mark (held), then the doorbell naming it */
+    own_hold_mark(n, chunk, log2c, a.e);
     /* the doorbell is owed (see ring_owed): one ring for a run of frees */
     if (owed_bell.n != n)
         owed_bell.frees = 0; /* another node's: its periodic scan */

@@ -95,6 +95,8 @@ void node_close(struct node *n);
 void node_ring_owed(struct node *n);
 /* alloc.c: free the records of own allocations (node_close) */
 void node_own_records_free(struct node *n);
+/* alloc.c: post the quarantine marks own frees still hold */
+void node_send_marks(struct node *n);
 /* Free user slot `uid` (after its recovery). */
 void node_clear_uid(struct node *n, unsigned uid);
 /* Free slot `uid` only if it still holds `pid`: true if it did. */
