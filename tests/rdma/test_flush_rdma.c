@@ -285,9 +285,10 @@ Test(flush_rdma, cross_thread_free_takes_one_round_trip)
     fmem_close(xt.p);
 }
 
-/* The own-free record of a block another thread freed is stale: using it
- * must not free anything (its key CAS fails and nothing else is posted), and
- * the allocating thread's later calls work. */
+/* Blocks another thread freed (by their record, once the allocating
+ * thread's flushes have executed, else by the checks): the allocating
+ * thread's second free of each must not free anything, and its later calls
+ * work. */
 static fmem_pool *stale_p;
 static void *free_other(void *arg)
 {
