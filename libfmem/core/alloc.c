@@ -221,45 +221,17 @@ static int wk_ring(struct node *n, uint64_t off)
     return tp_write(n->tp, n->tp->wkeys_off, &v, 8);
 }
 
-/* The doorbell of a thread's own frees (own_free) is owed, not rung at
- * once: a run of frees rings once, naming the last entry, and the memory
- * node's pass for that ring finds the others (entries without a backup;
- * verbs_server.c regen_main). The owed ring is posted, held in front of the
- * thread's next chain, when the thread next allocates, checks a handle,
- * frees another way or closes the node, and by every OWN_BELL_EVERY-th
- * free in a run. A thread that goes quiet leaves it owed: the memory
- * node's periodic scan (IDLE_SCAN_NS) finds those entries. */
-#define OWN_BELL_EVERY 32
-
-static _Thread_local struct {
-    const struct node *n;
-    uint64_t off;
-    unsigned frees;
-} owed_bell;
-
-/* FMEM_OWN_BELL_EACH=1: ring at every own free (bench/rdma-bench.sh compares) */
-static bool own_bell_each(void)
-{
-    static _Atomic int v = -1;
-    return env_flag(&v, "FMEM_OWN_BELL_EACH", false);
-}
-
+/* The quarantine marks of own frees (own_free) are held by the node and
+ * go out OWN_MARKS at a time, with a doorbell behind them on the same
+ * queue pair naming the last one (the memory node's pass for that ring
+ * finds the others: entries without a backup; verbs_server.c regen_main):
+ * see own_hold_mark. ring_owed sends the held ones; the process's next
+ * allocation, handle check, general free, count or close calls it. */
 static void marks_send(struct node *n);
 
 static void ring_owed(struct node *n)
 {
-    marks_send(n); /* the marks first: the ring's pass frees marked blocks */
-    if (owed_bell.n != n || !owed_bell.frees)
-        return;
-    if (!n->tp->wkeys_off) { /* a node that took the record's address */
-        owed_bell.n = NULL;
-        return;
-    }
-    uint64_t bell = wk_bell(n, owed_bell.off);
-    struct tp_op ring = {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8};
-    owed_bell.n = NULL;
-    owed_bell.frees = 0;
-    (void)tp_post(n->tp, &ring); /* a lost ring: the periodic scan */
+    marks_send(n);
 }
 
 void node_ring_owed(struct node *n)
@@ -582,15 +554,15 @@ out:
  * the record once that thread's posts, the flush among them, are known to
  * have executed (tp_post_landed: on its own queue pair at once, on another
  * once a later chain of that queue pair has completed), else the checks
- * (the flush may still be held there). The free is then one CAS and one round trip,
- * like an allocation's commit: the key CAS, whose expected value is the
+ * (the flush may still be held there). The free is then one CAS and one
+ * round trip, like an allocation's commit: the key CAS, whose expected value is the
  * remembered key entry (main and backup key), decides whether the free is
- * ours. The quarantine mark of the log entry is posted only once it won,
- * at once but unsignaled: nothing waits for it, and the queue pair's next
- * chain (whoever's) completes after it. (Held for that chain, as an
- * allocation's flush is, it would wait for the thread's next operation on
- * that queue pair, and a thread that exits or goes quiet would keep the
- * block out of use.) The doorbell is owed (ring_owed).
+ * ours. The quarantine mark of the log entry is held only once it won,
+ * by the node, not by a queue pair (held in a queue pair for its next
+ * chain, a mark would wait for that queue pair's next operation, and a
+ * thread that exits or goes quiet would keep the block out of use): the
+ * marks go out OWN_MARKS at a time with a doorbell, unsignaled, or with
+ * the process's next other call (own_hold_mark).
  *
  * Why a stale record can only make the free take the general path, never
  * change a state it should not: the key entry of an allocated block with a
@@ -644,7 +616,7 @@ struct own_records {
     atomic_flag marks_busy;
     _Atomic unsigned nmarks;
     struct held_mark {
-        uint64_t chunk, e;
+        uint64_t chunk, e, key_off;
         unsigned log2c;
     } marks[OWN_MARKS];
 };
@@ -681,7 +653,7 @@ void node_own_records_free(struct node *n)
 
 static void mark_found(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cur);
 
-/* FMEM_OWN_MARK_EACH=1: post each own free's mark at once (bench/rdma-bench.sh compares) */
+/* FMEM_OWN_MARK_EACH=1: post each own free's mark and a doorbell at once */
 static bool own_mark_each(void)
 {
     static _Atomic int v = -1;
@@ -694,10 +666,12 @@ static void marks_lock(struct own_records *t)
         cpu_relax();
 }
 
-/* Post the held marks, in one ibv_post_send (the last one trails, the
- * others are held in front of it). Any thread may: a mark is held only
- * after its key CAS won and the allocation's flush had executed, so the
- * log entry it expects is there and only a mark changes it. */
+/* Post the held marks and a doorbell naming the last one's key entry, in
+ * one ibv_post_send (the doorbell trails, the marks are held in front of
+ * it, so the memory node's pass for the ring finds them all). Any thread
+ * may: a mark is held only after its key CAS won and the allocation's
+ * flush had executed, so the log entry it expects is there and only a
+ * mark changes it. */
 static void marks_send(struct node *n)
 {
     struct own_records *t = atomic_load_explicit(&n->own, memory_order_acquire);
@@ -711,25 +685,35 @@ static void marks_send(struct node *n)
     atomic_flag_clear_explicit(&t->marks_busy, memory_order_release);
     for (unsigned i = 0; i < k; i++) {
         struct tp_op mark = {.kind = TP_CAS, .off = log_off(n, m[i].chunk), .expect = m[i].e,
-                             .desired = m[i].e | LOG_QUARANTINE, .trail = i + 1 == k};
+                             .desired = m[i].e | LOG_QUARANTINE};
         /* a mark lost with its queue pair: the user's recovery frees the block */
         if (tp_post(n->tp, &mark) == 1 && mark.old != m[i].e) /* waited for */
             mark_found(n, m[i].chunk, m[i].log2c, mark.old);
+    }
+    if (k && n->tp->wkeys_off) {
+        uint64_t bell = wk_bell(n, m[k - 1].key_off);
+        struct tp_op ring = {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8,
+                             .trail = true};
+        (void)tp_post(n->tp, &ring); /* a lost ring: the memory node's periodic scan */
     }
 }
 
 /* Hold the mark of a won own free: a run of frees posts its marks
  * OWN_MARKS at a time, and the held ones go out with the next allocation,
  * check, general free, count of allocated bytes or close of any thread
- * of the process (ring_owed, node_send_marks). */
-static void own_hold_mark(struct node *n, uint64_t chunk, unsigned log2c, uint64_t e)
+ * of the process (ring_owed, node_send_marks). A process that stops
+ * calling keeps them (its blocks stay quarantined) until it calls again or
+ * exits and its user is recovered. */
+static void own_hold_mark(struct node *n, uint64_t chunk, unsigned log2c, uint64_t e,
+                          uint64_t key_off)
 {
     struct own_records *t = atomic_load_explicit(&n->own, memory_order_acquire);
     for (;;) {
         marks_lock(t);
         unsigned k = atomic_load_explicit(&t->nmarks, memory_order_relaxed);
         if (k < OWN_MARKS) {
-            t->marks[k] = (struct held_mark){.chunk = chunk, .e = e, .log2c = log2c};
+            t->marks[k] = (struct held_mark){.chunk = chunk, .e = e, .key_off = key_off,
+                                             .log2c = log2c};
             atomic_store_explicit(&t->nmarks, k + 1, memory_order_relaxed);
             atomic_flag_clear_explicit(&t->marks_busy, memory_order_release);
             if (k + 1 == OWN_MARKS || own_mark_each())
@@ -794,15 +778,8 @@ static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rke
         return rc;
     if (kc.old != a.cap)
         return OWN_NOT; /* freed since (see above): the checks judge it */
-    /* ours: the key is revoked; the mark (held), then the doorbell naming it */
-    own_hold_mark(n, chunk, log2c, a.e);
-    /* the doorbell is owed (see ring_owed): one ring for a run of frees */
-    if (owed_bell.n != n)
-        owed_bell.frees = 0; /* another node's: its periodic scan */
-    owed_bell.n = n;
-    owed_bell.off = off;
-    if (++owed_bell.frees >= OWN_BELL_EVERY || own_bell_each())
-        ring_owed(n);
+    /* ours: the key is revoked; the mark and a doorbell are held */
+    own_hold_mark(n, chunk, log2c, a.e, off);
     remember_quarantined(n, chunk, log2c);
     tp_trace.own_frees++;
     CRASH_POINT(CP_OWN_FREE_HELD);
