@@ -19,10 +19,11 @@
  * the same path runs when fmem_quarantine_local is set (the freeing client
  * then finishes the block itself): the quarantine cases crash right after
  * the mark and inside that finish (for a whole-section block: between its
- * parts, and inside a part's free before its flush). Over RDMA a thread's
- * free of its own allocation is the key CAS alone, its mark and doorbell
- * held in the queue pair for its next chain: CP_OWN_FREE_HELD kills the
- * child with them unsent (run over RDMA only). */
+ * parts, and inside a part's free before its flush). Over RDMA the free of
+ * a block the process allocated is the key CAS alone, its mark held by the
+ * node (sent eight at a time or with the next other call) and its doorbell
+ * owed: CP_OWN_FREE_HELD kills the child with them unsent (run over RDMA
+ * only). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <fmem.h>

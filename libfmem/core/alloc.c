@@ -2,13 +2,14 @@
  * hand out and check capability keys, and order a free so that the old key
  * dies before the block can be handed to anyone else. */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "cpu_relax.h"
 #include "crashpoint.h"
 #include "env_flag.h"
 #include "fmem.h"
 #include "protocol.h"
-#include "thread_table.h"
 
 _Thread_local unsigned node_last_retries;
 
@@ -220,42 +221,17 @@ static int wk_ring(struct node *n, uint64_t off)
     return tp_write(n->tp, n->tp->wkeys_off, &v, 8);
 }
 
-/* The doorbell of a thread's own frees (own_free) is owed, not rung at
- * once: a run of frees rings once, naming the last entry, and the memory
- * node's pass for that ring finds the others (entries without a backup;
- * verbs_server.c regen_main). The owed ring is posted, held in front of the
- * thread's next chain, when the thread next allocates, checks a handle,
- * frees another way or closes the node, and by every OWN_BELL_EVERY-th
- * free in a run. A thread that goes quiet leaves it owed: the memory
- * node's periodic scan (IDLE_SCAN_NS) finds those entries. */
-#define OWN_BELL_EVERY 32
-
-static _Thread_local struct {
-    const struct node *n;
-    uint64_t off;
-    unsigned frees;
-} owed_bell;
-
-/* FMEM_OWN_BELL_EACH=1: ring at every own free (bench/rdma-bench.sh compares) */
-static bool own_bell_each(void)
-{
-    static _Atomic int v = -1;
-    return env_flag(&v, "FMEM_OWN_BELL_EACH", false);
-}
+/* The quarantine marks of own frees (own_free) are held by the node and
+ * go out OWN_MARKS at a time, with a doorbell behind them on the same
+ * queue pair naming the last one (the memory node's pass for that ring
+ * finds the others: entries without a backup; verbs_server.c regen_main):
+ * see own_hold_mark. ring_owed sends the held ones; the process's next
+ * allocation, handle check, general free, count or close calls it. */
+static void marks_send(struct node *n);
 
 static void ring_owed(struct node *n)
 {
-    if (owed_bell.n != n || !owed_bell.frees)
-        return;
-    if (!n->tp->wkeys_off) { /* a node that took the record's address */
-        owed_bell.n = NULL;
-        return;
-    }
-    uint64_t bell = wk_bell(n, owed_bell.off);
-    struct tp_op ring = {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8};
-    owed_bell.n = NULL;
-    owed_bell.frees = 0;
-    (void)tp_post(n->tp, &ring); /* a lost ring: the periodic scan */
+    marks_send(n);
 }
 
 void node_ring_owed(struct node *n)
@@ -569,19 +545,24 @@ out:
 }
 
 /* ---- the free of an own allocation ------------------------------------------
- * A thread that frees a chunk-layer block it allocated itself knows what
- * the checks before a free would read: the key entry (read with the
- * commit, or from the span's snapshot) and the log entry (the
- * allocation's, flushed by a post that goes out ahead of anything else on
- * the thread's queue pair). Its free is then one CAS and one round trip,
- * like an allocation's commit: the key CAS, whose expected value is the
+ * A client that frees a chunk-layer block it allocated knows what the
+ * checks before a free would read: the key entry (read with the commit,
+ * or from the span's snapshot) and the log entry (the allocation's,
+ * flushed by a post that goes out ahead of anything else on the allocating
+ * thread's queue pair). The records are the node's, for all its threads
+ * (own_records): a thread freeing a block another thread allocated uses
+ * the record once that thread's posts, the flush among them, are known to
+ * have executed (tp_post_landed: on its own queue pair at once, on another
+ * once a later chain of that queue pair has completed), else the checks
+ * (the flush may still be held there). The free is then one CAS and one
+ * round trip, like an allocation's commit: the key CAS, whose expected value is the
  * remembered key entry (main and backup key), decides whether the free is
- * ours. The quarantine mark of the log entry is posted only once it won,
- * at once but unsignaled: nothing waits for it, and the queue pair's next
- * chain (whoever's) completes after it. (Held for that chain, as an
- * allocation's flush is, it would wait for the thread's next operation on
- * that queue pair, and a thread that exits or goes quiet would keep the
- * block out of use.) The doorbell is owed (ring_owed).
+ * ours. The quarantine mark of the log entry is held only once it won,
+ * by the node, not by a queue pair (held in a queue pair for its next
+ * chain, a mark would wait for that queue pair's next operation, and a
+ * thread that exits or goes quiet would keep the block out of use): the
+ * marks go out OWN_MARKS at a time with a doorbell, unsignaled, or with
+ * the process's next other call (own_hold_mark).
  *
  * Why a stale record can only make the free take the general path, never
  * change a state it should not: the key entry of an allocated block with a
@@ -604,31 +585,149 @@ out:
  * frees. Over windows only (the key entry of an allocated block with a
  * backup changes by frees alone) and not where keys work from one queue
  * pair only (type-2 windows). */
-#define OWN_SLOTS 128
+#define OWN_SLOTS 4096
 
-/* Slot of a block: blocks of one size are consecutive numbers here, so a
- * thread's live allocations of one size do not evict each other. */
+/* Slot of a block: blocks of one size are consecutive numbers here, so
+ * live allocations of one size do not evict each other. */
 static unsigned own_slot(uint64_t chunk, unsigned log2c)
 {
     return (unsigned)(((chunk >> log2c) + 37u * log2c) % OWN_SLOTS);
 }
 
 struct own_alloc {
-    const struct node *n;
     uint64_t chunk, cap, e, lost;
+    uint64_t ticket; /* the allocating thread's posts, its flush among them */
     uint32_t rkey;
     unsigned log2c;
+    bool live;
 };
 
-/* A table per thread (thread_table.h) */
-static struct thread_table own_tables = THREAD_TABLE(OWN_SLOTS, sizeof(struct own_alloc));
-static _Thread_local struct own_alloc *tl_own;
+/* Marks of won frees not posted yet (own_hold_mark), at most OWN_MARKS */
+#define OWN_MARKS 8
 
-static struct own_alloc *own_table(bool create)
+/* The records of a node, one table for all its threads, so that a block
+ * another thread allocated is freed in one CAS too. A slot whose lock is
+ * taken is passed over (not remembered, or freed the general way). */
+struct own_records {
+    struct own_rec {
+        atomic_flag busy;
+        struct own_alloc a;
+    } slot[OWN_SLOTS];
+    atomic_flag marks_busy;
+    _Atomic unsigned nmarks;
+    struct held_mark {
+        uint64_t chunk, e, key_off;
+        unsigned log2c;
+    } marks[OWN_MARKS];
+};
+
+static struct own_rec *own_lock(struct node *n, uint64_t chunk, unsigned log2c, bool create)
 {
-    if (!tl_own && create)
-        tl_own = thread_table_new(&own_tables);
-    return tl_own;
+    struct own_records *t = atomic_load_explicit(&n->own, memory_order_acquire);
+    if (!t && create) {
+        struct own_records *fresh = calloc(1, sizeof *fresh), *none = NULL;
+        if (!fresh)
+            return NULL;
+        if (atomic_compare_exchange_strong(&n->own, &none, fresh))
+            t = fresh;
+        else {
+            free(fresh);
+            t = none;
+        }
+    }
+    if (!t)
+        return NULL;
+    struct own_rec *r = &t->slot[own_slot(chunk, log2c)];
+    return atomic_flag_test_and_set_explicit(&r->busy, memory_order_acquire) ? NULL : r;
+}
+
+static void own_unlock(struct own_rec *r)
+{
+    atomic_flag_clear_explicit(&r->busy, memory_order_release);
+}
+
+void node_own_records_free(struct node *n)
+{
+    free(atomic_load(&n->own));
+}
+
+static void mark_found(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cur);
+
+/* FMEM_OWN_MARK_EACH=1: post each own free's mark and a doorbell at once */
+static bool own_mark_each(void)
+{
+    static _Atomic int v = -1;
+    return env_flag(&v, "FMEM_OWN_MARK_EACH", false);
+}
+
+static void marks_lock(struct own_records *t)
+{
+    while (atomic_flag_test_and_set_explicit(&t->marks_busy, memory_order_acquire))
+        cpu_relax();
+}
+
+/* Post the held marks and a doorbell naming the last one's key entry, in
+ * one ibv_post_send (the doorbell trails, the marks are held in front of
+ * it, so the memory node's pass for the ring finds them all). Any thread
+ * may: a mark is held only after its key CAS won and the allocation's
+ * flush had executed, so the log entry it expects is there and only a
+ * mark changes it. */
+static void marks_send(struct node *n)
+{
+    struct own_records *t = atomic_load_explicit(&n->own, memory_order_acquire);
+    if (!t || !atomic_load_explicit(&t->nmarks, memory_order_relaxed))
+        return;
+    struct held_mark m[OWN_MARKS];
+    marks_lock(t);
+    unsigned k = atomic_load_explicit(&t->nmarks, memory_order_relaxed);
+    memcpy(m, t->marks, k * sizeof *m);
+    atomic_store_explicit(&t->nmarks, 0, memory_order_relaxed);
+    atomic_flag_clear_explicit(&t->marks_busy, memory_order_release);
+    for (unsigned i = 0; i < k; i++) {
+        struct tp_op mark = {.kind = TP_CAS, .off = log_off(n, m[i].chunk), .expect = m[i].e,
+                             .desired = m[i].e | LOG_QUARANTINE};
+        /* a mark lost with its queue pair: the user's recovery frees the block */
+        if (tp_post(n->tp, &mark) == 1 && mark.old != m[i].e) /* waited for */
+            mark_found(n, m[i].chunk, m[i].log2c, mark.old);
+    }
+    if (k && n->tp->wkeys_off) {
+        uint64_t bell = wk_bell(n, m[k - 1].key_off);
+        struct tp_op ring = {.kind = TP_WRITE, .off = n->tp->wkeys_off, .buf = &bell, .len = 8,
+                             .trail = true};
+        (void)tp_post(n->tp, &ring); /* a lost ring: the memory node's periodic scan */
+    }
+}
+
+/* Hold the mark of a won own free: a run of frees posts its marks
+ * OWN_MARKS at a time, and the held ones go out with the next allocation,
+ * check, general free, count of allocated bytes or close of any thread
+ * of the process (ring_owed, node_send_marks). A process that stops
+ * calling keeps them (its blocks stay quarantined) until it calls again or
+ * exits and its user is recovered. */
+static void own_hold_mark(struct node *n, uint64_t chunk, unsigned log2c, uint64_t e,
+                          uint64_t key_off)
+{
+    struct own_records *t = atomic_load_explicit(&n->own, memory_order_acquire);
+    for (;;) {
+        marks_lock(t);
+        unsigned k = atomic_load_explicit(&t->nmarks, memory_order_relaxed);
+        if (k < OWN_MARKS) {
+            t->marks[k] = (struct held_mark){.chunk = chunk, .e = e, .key_off = key_off,
+                                             .log2c = log2c};
+            atomic_store_explicit(&t->nmarks, k + 1, memory_order_relaxed);
+            atomic_flag_clear_explicit(&t->marks_busy, memory_order_release);
+            if (k + 1 == OWN_MARKS || own_mark_each())
+                marks_send(n);
+            return;
+        }
+        atomic_flag_clear_explicit(&t->marks_busy, memory_order_release);
+        marks_send(n); /* full: another thread's run */
+    }
+}
+
+void node_send_marks(struct node *n)
+{
+    marks_send(n);
 }
 
 static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_t cap)
@@ -636,34 +735,39 @@ static void own_remember(struct node *n, uint64_t chunk, unsigned log2c, uint64_
     uint64_t c, want, s = chunk / CHUNKS_PER_SPAN;
     if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4)
         return;
-    struct own_alloc *t = own_table(true);
-    if (!t)
+    bool ok = quarantines(n, log2c) && cap_backup(cap) != 0 && cap_main(cap) != 0 &&
+              log_expected_span(s, cache_get(n->span_cache, s), &c, &want) && c == chunk &&
+              log_alloc(want) && log_log2(want) == log2c;
+    struct own_rec *r = own_lock(n, chunk, log2c, ok);
+    if (!r)
         return;
-    struct own_alloc *o = &t[own_slot(chunk, log2c)];
-    o->n = NULL;
-    if (!n->tp->wkeys_off || n->tp->keys_bound_qp || log2c > 4 || !quarantines(n, log2c) ||
-        cap_backup(cap) == 0 || cap_main(cap) == 0 ||
-        !log_expected_span(s, cache_get(n->span_cache, s), &c, &want) || c != chunk ||
-        !log_alloc(want) || log_log2(want) != log2c)
-        return;
-    *o = (struct own_alloc){.n = n, .chunk = chunk, .log2c = log2c, .rkey = cap_main(cap),
-                            .cap = cap, .e = want, .lost = tp_post_lost(n->tp)};
+    if (ok) /* evicts the slot's record: that block is freed the general way */
+        r->a = (struct own_alloc){.chunk = chunk, .log2c = log2c, .rkey = cap_main(cap),
+                                  .cap = cap, .e = want, .lost = tp_post_lost(n->tp),
+                                  .ticket = tp_post_ticket(n->tp), .live = true};
+    else if (r->a.chunk == chunk && r->a.log2c == log2c)
+        r->a.live = false; /* a stale record of this block */
+    own_unlock(r);
 }
 
 /* 0: freed; OWN_NOT: not a remembered own allocation (or its key is
  * dead): free it the general way; else an error. */
 static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rkey)
 {
-    struct own_alloc *t = own_table(false);
-    if (!t)
+    struct own_rec *r = own_lock(n, chunk, log2c, false);
+    if (!r)
         return OWN_NOT;
-    struct own_alloc *o = &t[own_slot(chunk, log2c)];
-    if (o->n != n || o->chunk != chunk || o->log2c != log2c)
-        return OWN_NOT;
-    struct own_alloc a = *o;
-    o->n = NULL; /* used once, whatever happens */
-    if (a.rkey != rkey || a.lost != tp_post_lost(n->tp))
+    struct own_alloc a = r->a;
+    bool mine = a.live && a.chunk == chunk && a.log2c == log2c;
+    if (mine)
+        r->a.live = false; /* used once, whatever happens */
+    own_unlock(r);
+    if (!mine || a.rkey != rkey || a.lost != tp_post_lost(n->tp))
         return OWN_NOT; /* another key, or the flush may be lost */
+    /* allocated by a thread on another queue pair: its flush is posted
+     * there and may not have executed yet (the mark would then miss it) */
+    if (!tp_post_landed(n->tp, a.ticket))
+        return OWN_NOT;
     uint64_t off = key_off(n, chunk, log2c), next;
     if (cap_backup(a.cap) == 0)
         return OWN_NOT; /* own_remember keeps none such */
@@ -674,21 +778,8 @@ static int own_free(struct node *n, uint64_t chunk, unsigned log2c, uint32_t rke
         return rc;
     if (kc.old != a.cap)
         return OWN_NOT; /* freed since (see above): the checks judge it */
-    /* ours: the key is revoked; the mark, then the doorbell naming it */
-    struct tp_op mark = {.kind = TP_CAS, .off = log_off(n, chunk), .expect = a.e,
-                         .desired = a.e | LOG_QUARANTINE, .trail = true};
-    rc = tp_post(n->tp, &mark);
-    if (rc < 0)
-        return rc;
-    if (rc == 1 && mark.old != a.e) /* waited for (FMEM_VERBS_WAIT_POSTS=1, full) */
-        mark_found(n, chunk, log2c, mark.old);
-    /* the doorbell is owed (see ring_owed): one ring for a run of frees */
-    if (owed_bell.n != n)
-        owed_bell.frees = 0; /* another node's: its periodic scan */
-    owed_bell.n = n;
-    owed_bell.off = off;
-    if (++owed_bell.frees >= OWN_BELL_EVERY || own_bell_each())
-        ring_owed(n);
+    /* ours: the key is revoked; the mark and a doorbell are held */
+    own_hold_mark(n, chunk, log2c, a.e, off);
     remember_quarantined(n, chunk, log2c);
     tp_trace.own_frees++;
     CRASH_POINT(CP_OWN_FREE_HELD);

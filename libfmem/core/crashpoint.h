@@ -24,8 +24,8 @@ enum crash_point {
     CP_QUARANTINE_PART,     /* finish of a quarantined whole-section block:
                              * a part after the first freed, the rest not */
     CP_OWN_FREE_HELD,       /* free of an own allocation: key revoked, its
-                             * quarantine mark posted unsignaled (maybe not
-                             * executed), doorbell owed (verbs only) */
+                             * quarantine mark held (or posted unsignaled,
+                             * maybe not executed), doorbell owed (verbs only) */
     CP_COUNT
 };
 

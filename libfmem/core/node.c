@@ -197,6 +197,7 @@ void node_forget_flushed(struct node *n)
  * chunks from the free maps of attached spans. */
 uint64_t node_allocated_bytes(struct node *n)
 {
+    node_send_marks(n); /* blocks freed before the count come back */
     node_refresh_all(n);
     uint64_t chunks = 0;
     for (uint64_t x = 0; x < n->g.nsections; x++) {
@@ -310,6 +311,7 @@ void node_close(struct node *n)
      * and a fork child closing its copy leaves the parent's slot alone */
     if (node_holds_slot(n))
         node_release_uid(n, n->uid, n->slot_pid);
+    node_own_records_free(n);
     free(n->sec_cache);
     free(n->span_cache);
     free(n->sec_flushed);

@@ -20,6 +20,8 @@
 #define RETRY_HIGH 10 /* above: it is marked contended */
 #define NODE_QRING 64
 
+struct own_records; /* alloc.c: what a free of a block allocated here needs */
+
 struct node {
     struct transport *tp;
     struct geometry g;
@@ -52,6 +54,7 @@ struct node {
     /* distinct for every node opened by this process (a closed node's
      * memory may be reused for the next): thread caches key on it */
     uint64_t serial;
+    _Atomic(struct own_records *) own; /* made on first use */
 };
 
 /* Region offsets. */
@@ -90,6 +93,10 @@ int node_open(struct transport *tp, bool created, unsigned uid, struct node **ou
 void node_close(struct node *n);
 /* Post the doorbell the calling thread's own frees on n still owe (alloc.c). */
 void node_ring_owed(struct node *n);
+/* alloc.c: free the records of own allocations (node_close) */
+void node_own_records_free(struct node *n);
+/* alloc.c: post the quarantine marks own frees still hold */
+void node_send_marks(struct node *n);
 /* Free user slot `uid` (after its recovery). */
 void node_clear_uid(struct node *n, unsigned uid);
 /* Free slot `uid` only if it still holds `pid`: true if it did. */

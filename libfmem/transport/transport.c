@@ -179,6 +179,16 @@ uint64_t tp_post_lost(struct transport *t)
     return t->ops->post_lost ? t->ops->post_lost(t) : 0;
 }
 
+uint64_t tp_post_ticket(struct transport *t)
+{
+    return t->ops->post_ticket ? t->ops->post_ticket(t) : 0;
+}
+
+bool tp_post_landed(struct transport *t, uint64_t ticket)
+{
+    return !ticket || !t->ops->post_landed || t->ops->post_landed(t, ticket);
+}
+
 void tp_close(struct transport *t)
 {
     if (t)

@@ -56,6 +56,13 @@ struct transport_ops {
     /* Optional. Posts that may not have executed (their queue pair failed
      * or was reset before a later batch completed), since opened. */
     uint64_t (*post_lost)(struct transport *t);
+    /* Optional, with post. A ticket naming every post the calling thread
+     * has made so far (on its queue pair), and whether all of them have
+     * executed as seen from the calling thread: its own queue pair's next
+     * batch runs after them, another's only once a batch of theirs has
+     * completed after them. Without these, posts execute when made. */
+    uint64_t (*post_ticket)(struct transport *t);
+    bool (*post_landed)(struct transport *t, uint64_t ticket);
 };
 
 /* Execute one operation on memory this process maps (shm.c). */
@@ -103,6 +110,9 @@ int tp_cas(struct transport *t, uint64_t off, uint64_t expect, uint64_t desired,
  * set), <0 error. Counted as a CAS or WRITE but not as a round trip. */
 int tp_post(struct transport *t, struct tp_op *op);
 uint64_t tp_post_lost(struct transport *t);
+/* transport_ops.post_ticket and post_landed (0, true without them) */
+uint64_t tp_post_ticket(struct transport *t);
+bool tp_post_landed(struct transport *t, uint64_t ticket);
 void tp_close(struct transport *t);
 
 /* Wait `ns` nanoseconds without holding the core (models a network wait). */

@@ -60,6 +60,10 @@ struct verbs_conn {
     uint32_t peer_qp; /* the memory node's end of this queue pair */
     unsigned posted;  /* unsignaled posts not yet followed by a completion */
     unsigned posted_seq;
+    /* posts made on this queue pair, and how many of the first of them are
+     * known to have executed (a later chain completed): other threads read
+     * both (verbs_post_landed) */
+    _Atomic uint64_t enq, done;
     /* posts not handed to the NIC yet: they lead the next chain */
     unsigned npend;
     struct ibv_send_wr pend_wr[POSTED_MAX];
@@ -342,6 +346,7 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
     tl_prof.wrs += n;
     tl_prof.trails += n - nwait;
     tl_prof.posts++;
+    uint64_t sent = atomic_load_explicit(&c->enq, memory_order_relaxed); /* all linked or sent */
     if (ibv_post_send(c->qp, head, &bad)) {
         c->broken = true;
         return FMEM_EIO;
@@ -385,6 +390,7 @@ static int post_chain(struct verbs_transport *v, struct verbs_conn *c, struct tp
     /* completions come in order: the posts before are done, the trailing
      * requests not known to be */
     c->posted = (unsigned)(n - nwait);
+    atomic_store_explicit(&c->done, sent, memory_order_release);
     for (size_t i = 0; i < nwait; i++) {
         if (ops[i].kind == TP_READ)
             memcpy(ops[i].buf, c->bounce + bounce_off[i], ops[i].len);
@@ -500,6 +506,8 @@ static int verbs_post(struct transport *t, struct tp_op *op)
     struct verbs_conn *c = &v->conn[tl_conn];
     pthread_mutex_lock(&c->lock);
     int rc = c->broken ? conn_reset(v, c) : 0;
+    if (rc == 0)
+        atomic_fetch_add_explicit(&c->enq, 1, memory_order_relaxed);
     if (rc == 0 && (c->posted >= POSTED_MAX || v->wait_posts)) { /* wait for this one */
         size_t boff;
         rc = post_chain(v, c, op, 1, 1, &boff);
@@ -565,9 +573,34 @@ static void verbs_close(struct transport *t)
     free(v);
 }
 
+/* The ticket: the calling thread's queue pair (+1) in the top byte, the
+ * number of posts made on it below. */
+static uint64_t verbs_post_ticket(struct transport *t)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    if (tl_conn < 0)
+        return 0; /* this thread posted nothing */
+    return (uint64_t)(tl_conn + 1) << 56 |
+           atomic_load_explicit(&v->conn[tl_conn].enq, memory_order_relaxed);
+}
+
+static bool verbs_post_landed(struct transport *t, uint64_t ticket)
+{
+    struct verbs_transport *v = (struct verbs_transport *)t;
+    unsigned q = (unsigned)(ticket >> 56);
+    if (!q || q > v->nconn)
+        return q == 0;
+    if ((int)q - 1 == tl_conn)
+        return true; /* our next batch on that queue pair runs after them */
+    return atomic_load_explicit(&v->conn[q - 1].done, memory_order_acquire) >=
+           (ticket & ((UINT64_C(1) << 56) - 1));
+}
+
 static const struct transport_ops verbs_ops = {.batch = verbs_batch, .close = verbs_close,
                                                .post = verbs_post,
-                                               .post_lost = verbs_post_lost};
+                                               .post_lost = verbs_post_lost,
+                                               .post_ticket = verbs_post_ticket,
+                                               .post_landed = verbs_post_landed};
 
 /* The memory node's token: 32 hex digits in a file only services can read. */
 int verbs_token_read(const char *path, uint8_t token[VERBS_TOKEN_BYTES])
