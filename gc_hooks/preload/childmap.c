@@ -15,7 +15,8 @@
  *
  * The price: a write by the kernel (read() into such a block, in the child,
  * before the child wrote the block itself) is not a fault but EFAULT; the
- * interposed read calls (interpose.c) remap and retry. A program that
+ * interposed read calls (kwrite.c) remap and retry; other such calls
+ * return EFAULT. A program that
  * replaces the SIGSEGV handler in the child loses the remap (its handler
  * sees the fault). FMEM_PRELOAD_CHILD_REMAP=eager remaps every block in
  * the fork handler instead. */
