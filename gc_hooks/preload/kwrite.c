@@ -31,49 +31,41 @@ static int retry(ssize_t r, const void *buf, size_t len)
     return r < 0 && errno == EFAULT && fp_childmap_unshare(buf, len);
 }
 
+/* the call, and once more if it met blocks now remapped */
+#define CALL_RETRYING(buf, len, call)                                      \
+    ssize_t r = call;                                                      \
+    if (retry(r, buf, len))                                                \
+        r = call;                                                          \
+    return r;
+
 API ssize_t read(int fd, void *buf, size_t len)
 {
     REAL(read)
-    ssize_t r = real_read(fd, buf, len);
-    if (retry(r, buf, len))
-        r = real_read(fd, buf, len);
-    return r;
+    CALL_RETRYING(buf, len, real_read(fd, buf, len))
 }
 
 API ssize_t pread(int fd, void *buf, size_t len, off_t off)
 {
     REAL(pread)
-    ssize_t r = real_pread(fd, buf, len, off);
-    if (retry(r, buf, len))
-        r = real_pread(fd, buf, len, off);
-    return r;
+    CALL_RETRYING(buf, len, real_pread(fd, buf, len, off))
 }
 
 API ssize_t pread64(int fd, void *buf, size_t len, off_t off)
 {
     REAL(pread64)
-    ssize_t r = real_pread64(fd, buf, len, off);
-    if (retry(r, buf, len))
-        r = real_pread64(fd, buf, len, off);
-    return r;
+    CALL_RETRYING(buf, len, real_pread64(fd, buf, len, off))
 }
 
 API ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
     REAL(recv)
-    ssize_t r = real_recv(fd, buf, len, flags);
-    if (retry(r, buf, len))
-        r = real_recv(fd, buf, len, flags);
-    return r;
+    CALL_RETRYING(buf, len, real_recv(fd, buf, len, flags))
 }
 
 API ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from, socklen_t *fl)
 {
     REAL(recvfrom)
-    ssize_t r = real_recvfrom(fd, buf, len, flags, from, fl);
-    if (retry(r, buf, len))
-        r = real_recvfrom(fd, buf, len, flags, from, fl);
-    return r;
+    CALL_RETRYING(buf, len, real_recvfrom(fd, buf, len, flags, from, fl))
 }
 
 API ssize_t readv(int fd, const struct iovec *iov, int n)
