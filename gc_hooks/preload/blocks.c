@@ -715,8 +715,7 @@ void fp_blocks_orphan_current(void)
          * copy-on-write view before anything here writes it: at its first
          * write (childmap.c) or, eagerly, now */
         if (!(e & FP_E_PRIVATE) && o->since && !(e & FP_E_COPY) && o->lazy == FP_LAZY_FORK &&
-            !fp_cfg.child_remap_eager) {
-            fp_childmap_add(a, o);
+            !fp_cfg.child_remap_eager && fp_childmap_add(a, o) == 0) {
             atomic_store(&a->table[i], e | FP_E_PRIVATE);
             continue;
         }

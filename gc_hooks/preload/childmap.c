@@ -28,7 +28,11 @@
 
 #include "preload.h"
 
-static struct fp_arena *arena;  /* the parent's arena, orphaned here */
+/* the arenas of the parent and of earlier ancestors (a child that opened
+ * a named pool of its own and forked in turn), orphaned here */
+#define ARENAS 8
+static struct fp_arena *arenas[ARENAS];
+static int narenas;
 static struct sigaction prev;   /* the program's SIGSEGV handler */
 static atomic_flag busy = ATOMIC_FLAG_INIT;
 static char *run_start, *run_end;
@@ -41,26 +45,37 @@ static void run_flush(void)
     run_start = run_end = NULL;
 }
 
-void fp_childmap_add(struct fp_arena *a, struct fp_obj *o)
+int fp_childmap_add(struct fp_arena *a, struct fp_obj *o)
 {
+    if (!narenas || arenas[narenas - 1] != a) {
+        if (narenas == ARENAS)
+            return -1;
+        arenas[narenas++] = a;
+    }
     char *p = fp_obj_ptr(a, o);
     if (run_end && p < run_end)
         run_flush(); /* not in address order: never, records are */
     if (!run_start)
         run_start = p;
     run_end = p + fp_obj_len(o);
-    arena = a; /* o->lazy stays FP_LAZY_FORK: no write to its record (a
-                * copy of the page: 2000 objects, 2000 pages copied) */
+    /* o->lazy stays FP_LAZY_FORK: no write to its record (a copy of the
+     * page: 2000 objects, 2000 pages copied) */
+    return 0;
 }
 
 void fp_childmap_break(void) { run_flush(); }
 
-/* The object whose range holds p, if it waits for its remap here. */
-static struct fp_obj *waiting(char *p)
+/* The object whose range holds p, if it waits for its remap here, and
+ * its arena. */
+static struct fp_obj *waiting(char *p, struct fp_arena **in)
 {
-    struct fp_arena *a = arena;
-    if (!a || p < a->mirror || (size_t)(p - a->mirror) / 2 >= a->cap)
+    struct fp_arena *a = NULL;
+    for (int i = 0; i < narenas && !a; i++)
+        if (p >= arenas[i]->mirror && (size_t)(p - arenas[i]->mirror) / 2 < arenas[i]->cap)
+            a = arenas[i];
+    if (!a)
         return NULL;
+    *in = a;
     size_t j = (size_t)(p - a->mirror) >> (FP_CHUNK_SHIFT + 1);
     for (size_t k = j + 1, n = 0; k-- > 0 && n < FP_SMALL_SCAN_MAX; n++) {
         if (!atomic_load_explicit(&a->table[k], memory_order_acquire))
@@ -80,8 +95,9 @@ int fp_childmap_fault(char *p)
         return 0;
     while (atomic_flag_test_and_set_explicit(&busy, memory_order_acquire))
         ; /* another thread remaps: a few microseconds */
-    struct fp_obj *o = waiting(p);
-    int done = o && fp_snap_unshare(arena, o) == 0; /* o->lazy: NONE */
+    struct fp_arena *a = NULL;
+    struct fp_obj *o = waiting(p, &a);
+    int done = o && fp_snap_unshare(a, o) == 0; /* o->lazy: NONE */
     atomic_flag_clear_explicit(&busy, memory_order_release);
     return done;
 }
@@ -122,7 +138,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 void fp_childmap_arm(void)
 {
     run_flush();
-    if (!arena || atomic_load(&armed))
+    if (!narenas || atomic_load(&armed))
         return;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

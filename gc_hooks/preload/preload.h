@@ -295,7 +295,7 @@ void fp_lazy_child(void);
  * read-only until its first write here; fp_childmap_break() ends a run of
  * such objects (an object between them is not one), fp_childmap_arm()
  * makes the last run read-only and installs the fault handler. */
-void fp_childmap_add(struct fp_arena *a, struct fp_obj *o);
+int fp_childmap_add(struct fp_arena *a, struct fp_obj *o); /* -1: no room */
 void fp_childmap_break(void);
 void fp_childmap_arm(void);
 /* Fork child: the lock of a thread the child does not have. */
