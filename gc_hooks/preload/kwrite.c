@@ -20,11 +20,28 @@
 
 #define API __attribute__((visibility("default")))
 
-/* the next definition of name (libc's), looked up at the first call */
+/* the next definitions (libc's): looked up when the library loads (not
+ * in a signal handler's read()), or at the first call if that comes
+ * earlier (another library's constructor) */
+static __typeof__(&read) real_read;
+static __typeof__(&pread) real_pread;
+static __typeof__(&pread64) real_pread64;
+static __typeof__(&recv) real_recv;
+static __typeof__(&recvfrom) real_recvfrom;
+static __typeof__(&readv) real_readv;
 #define REAL(name)                                                         \
-    static __typeof__(&name) real_##name;                                  \
     if (!real_##name)                                                      \
         real_##name = (__typeof__(&name))dlsym(RTLD_NEXT, #name);
+
+__attribute__((constructor)) static void look_up(void)
+{
+    REAL(read)
+    REAL(pread)
+    REAL(pread64)
+    REAL(recv)
+    REAL(recvfrom)
+    REAL(readv)
+}
 
 static int retry(ssize_t r, const void *buf, size_t len)
 {
