@@ -15,11 +15,10 @@
  *
  * The price: a write by the kernel (read() into such a block, in the child,
  * before the child wrote the block itself) is not a fault but EFAULT; the
- * interposed read calls (kwrite.c) remap and retry; other such calls
- * return EFAULT. A program that
- * replaces the SIGSEGV handler in the child loses the remap (its handler
- * sees the fault). FMEM_PRELOAD_CHILD_REMAP=eager remaps every block in
- * the fork handler instead. */
+ * interposed read calls (kwrite.c) remap and retry, other such calls
+ * return EFAULT. A program that replaces the SIGSEGV handler in the child
+ * loses the remap (its handler sees the fault). FMEM_PRELOAD_CHILD_REMAP=
+ * eager remaps every block in the fork handler instead. */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
