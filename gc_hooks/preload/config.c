@@ -117,6 +117,9 @@ static int read_env(void)
     const char *e = getenv("FMEM_PRELOAD_EARLY_PROTECT");
     if (e && strcmp(e, "0") == 0)
         fp_cfg.early_protect = 0; /* only the fork write-protects (snap.c) */
+    const char *c = getenv("FMEM_PRELOAD_CHILD_REMAP");
+    if (c && strcmp(c, "eager") == 0)
+        fp_cfg.child_remap_eager = 1; /* the child's fork handler remaps (childmap.c) */
     const char *u = getenv("FMEM_PRELOAD_URI");
     if (!u) { /* fmem_open would read it only at the first large request */
         const char *d = getenv("FMEM_URI");

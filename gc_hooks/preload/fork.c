@@ -67,6 +67,7 @@ static void parent(void)
 static void child(void)
 {
     fp_lazy_child();
+    fp_childmap_child();
     fp_early_child();
     fp_blocks_orphan_current();
     if (done_pipe[0] >= 0) {

@@ -62,6 +62,9 @@ struct fp_config {
                        * FMEM_PRELOAD_LAZY_FORK=0 */
     int early_protect; /* lazy fork: write-protect long-lived blocks before
                         * the fork (snap.c); 0 with FMEM_PRELOAD_EARLY_PROTECT=0 */
+    int child_remap_eager; /* fork child: remap the parent's write-protected
+                            * blocks at once, not at their first write
+                            * (childmap.c); FMEM_PRELOAD_CHILD_REMAP=eager */
 };
 extern struct fp_config fp_cfg;
 /* Read the environment once; later calls return at once. 0 when the
@@ -132,12 +135,17 @@ struct fp_obj {
 /* fp_obj.lazy */
 #define FP_LAZY_NONE 0  /* not write-protected */
 #define FP_LAZY_FORK 1  /* write-protected since a fork: remapped MAP_PRIVATE
-                         * at the first write after it */
+                         * at the first write after it (in a fork child:
+                         * read-only until then, childmap.c) */
 #define FP_LAZY_SEEN 2  /* looked at by an early pass; protected at the next */
 #define FP_LAZY_EARLY 3 /* write-protected before any fork reads it: a write
                          * only lifts the protection; the next fork keeps it */
 #define FP_LAZY_HOT 4   /* written after an early protection: protected again
                          * only by a fork */
+/* The object whose range holds an address p of a small object: its record
+ * is at most a slot's length (twice its first block, under 2 MiB) before
+ * p's, and no other object starts in between. */
+#define FP_SMALL_SCAN_MAX ((((size_t)2 << 20) >> FP_CHUNK_SHIFT) + 1)
 #define FP_SINCE_ANON UINT32_MAX
 
 /* shared between blocks.c, cache.c and fork.c */
@@ -281,6 +289,20 @@ void fp_lazy_lock(void);
 void fp_lazy_unlock(void);
 /* Child of fork: no fault thread here, no registration; unlock. */
 void fp_lazy_child(void);
+
+/* ---- childmap.c ------------------------------------------------------------ */
+/* Fork child, in record order: o (write-protected in the parent) becomes
+ * read-only until its first write here; fp_childmap_break() ends a run of
+ * such objects (an object between them is not one), fp_childmap_arm()
+ * makes the last run read-only and installs the fault handler. */
+int fp_childmap_add(struct fp_arena *a, struct fp_obj *o); /* -1: no room */
+void fp_childmap_break(void);
+void fp_childmap_arm(void);
+/* Fork child: the lock of a thread the child does not have. */
+void fp_childmap_child(void);
+/* 1 if [p, p + len) met objects waiting for their remap and they are this
+ * process's own now (a kernel write to them failed with EFAULT: retry). */
+int fp_childmap_unshare(const void *p, size_t len);
 
 /* ---- cache.c ------------------------------------------------------------ */
 

@@ -324,11 +324,6 @@ int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o)
     return 0;
 }
 
-/* The object whose range holds p: its record is at most a slot's length
- * (twice its first block, under 2 MiB for a write-protected one) before
- * p's, and no other object starts in between. */
-#define FAULT_SCAN_MAX ((MOVE_MIN >> FP_CHUNK_SHIFT) + 1)
-
 void fp_snap_fault(char *p, char **start, size_t *len)
 {
     *len = 0;
@@ -339,7 +334,7 @@ void fp_snap_fault(char *p, char **start, size_t *len)
     if (off / 2 >= atomic_load(&a->cap))
         return;
     size_t j = off >> (FP_CHUNK_SHIFT + 1);
-    for (size_t k = j + 1, n = 0; k-- > 0 && n < FAULT_SCAN_MAX; n++) {
+    for (size_t k = j + 1, n = 0; k-- > 0 && n < FP_SMALL_SCAN_MAX; n++) {
         if (!atomic_load_explicit(&a->table[k], memory_order_acquire))
             continue;
         struct fp_obj *o = &a->objs[k];

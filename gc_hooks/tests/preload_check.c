@@ -41,7 +41,10 @@ static int in_pool(const void *p)
         if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)p >= lo &&
             (uintptr_t)p < hi) {
             const char *file = getenv("PRELOAD_CHECK_FILE");
-            found = file && *file && perms[3] == 's' && strstr(line, file) != NULL;
+            /* writable: a fork child's read-only view of its parent's
+             * block, until its first write, is no way into the pool */
+            found = file && *file && perms[1] == 'w' && perms[3] == 's' &&
+                    strstr(line, file) != NULL;
             break;
         }
     }
