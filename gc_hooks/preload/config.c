@@ -117,9 +117,12 @@ static int read_env(void)
     const char *e = getenv("FMEM_PRELOAD_EARLY_PROTECT");
     if (e && strcmp(e, "0") == 0)
         fp_cfg.early_protect = 0; /* only the fork write-protects (snap.c) */
+    /* The child's fork handler remaps every block by default; "lazy"
+     * leaves them read-only until the child's first write (childmap.c),
+     * which makes fork+exec cheap but lets kernel writes other than the
+     * read calls of kwrite.c fail with EFAULT in the child. */
     const char *c = getenv("FMEM_PRELOAD_CHILD_REMAP");
-    if (c && strcmp(c, "eager") == 0)
-        fp_cfg.child_remap_eager = 1; /* the child's fork handler remaps (childmap.c) */
+    fp_cfg.child_remap_eager = !(c && strcmp(c, "lazy") == 0);
     const char *u = getenv("FMEM_PRELOAD_URI");
     if (!u) { /* fmem_open would read it only at the first large request */
         const char *d = getenv("FMEM_URI");

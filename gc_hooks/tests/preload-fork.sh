@@ -216,11 +216,13 @@ unset FMEM_PRELOAD_THRESHOLD
 # rewrites every block after each fork (through read() too, frees one,
 # moves one with realloc); the forking thread remaps nothing during the
 # fork (the blocks are write-protected, remapped at their first write);
-# then the same with write protection turned off (FMEM_PRELOAD_LAZY_FORK=0:
+# the child's fork handler remaps them (the default) or, with
+# FMEM_PRELOAD_CHILD_REMAP=lazy, makes at most 2 remapping calls (its
+# blocks stay read-only until its first write to each); then the same with write protection turned off (FMEM_PRELOAD_LAZY_FORK=0:
 # every block remapped at fork) and, where this runs as root and
 # unprivileged users may not use userfaultfd, as user nobody (refused by
 # the kernel). Nothing is left in the pool after any of them.
-modes="lazy eager"
+modes="lazy lazychild eager"
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
     [ "$(cat /proc/sys/vm/unprivileged_userfaultfd 2>/dev/null)" = 0 ]; then
     modes="$modes refused"
@@ -230,6 +232,9 @@ for mode in $modes; do
     fresh
     if [ $mode = lazy ]; then
         FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" lazy 200 24 count >"$tmp/out" 2>&1
+    elif [ $mode = lazychild ]; then
+        FMEM_PRELOAD_CHILD_REMAP=lazy FMEM_PRELOAD_THRESHOLD=16384 \
+            pre "$tests/preload_forkpool" lazy 200 24 count >"$tmp/out" 2>&1
     elif [ $mode = eager ]; then
         FMEM_PRELOAD_LAZY_FORK=0 FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" lazy 200 24 >"$tmp/out" 2>&1
     else
@@ -243,7 +248,8 @@ for mode in $modes; do
     left=$(allocated)
     prot=$(sum protected_at_fork "$tmp/stats")
     onwrite=$(sum remapped_on_write "$tmp/stats")
-    if [ $mode = lazy ]; then want=$([ "$prot" -gt 0 ] && [ "$onwrite" -gt 0 ] && echo y); else
+    if [ $mode != eager ] && [ $mode != refused ]; then
+        want=$([ "$prot" -gt 0 ] && [ "$onwrite" -gt 0 ] && echo y); else
         want=$([ "$prot" -eq 0 ] && [ "$(sum remapped_at_fork "$tmp/stats")" -gt 0 ] && echo y); fi
     if [ $rc -eq 0 ] && [ "${left:-1}" -eq 0 ] && [ "$want" = y ]; then
         ok "$mode: $(tail -n 1 "$tmp/out"), protected_at_fork=$prot remapped_on_write=$onwrite, nothing left allocated"
