@@ -153,15 +153,7 @@ static void pool_cut(const struct cand *c, const struct pm_free_list *fl)
     c->h->ref.count++; /* the shared page's extra allocation */
 }
 
-/* The write fence of a merge (libfmem/far/write_fence.h): opened at the
- * first pass of the process that shares, -1 where userfaultfd is refused
- * or handles user-mode faults only, or FMEM_COMPACT_FENCE=0; also -1 from
- * the first mapping that cannot be write-protected (an old kernel without
- * write-protect on shared memory). Without it merges go on unfenced. */
-static int share_fence = -1;
-
-/* Fence page `page`: 1, or 0 unfenced. */
-static int share_fence_up(char *page)
+int share_fence_up(void *page)
 {
     if (share_fence < 0)
         return 0;
