@@ -5,7 +5,9 @@
  * are copied to the same offsets of page A, A's pool-file page is mapped a
  * second time at B (mremap of a shared mapping with old size 0), and B's
  * own file page is punched. Everything runs with the GIL held, with no
- * pymalloc call in between.
+ * pymalloc call in between; a thread writing into B with the GIL released
+ * (readinto, recv_into) is held off by a write fence from the copy to the
+ * remap, where userfaultfd allows (share_fence).
  *
  * Invariants after a merge, for each pool with a shared page:
  * - its free list holds no block touching that page and its never-carved
@@ -21,6 +23,7 @@
 #include "fmem_hooks_python.h"
 #include "python_pools.h"
 #include "python_share.h"
+#include "write_fence.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -150,6 +153,18 @@ static void pool_cut(const struct cand *c, const struct pm_free_list *fl)
     c->h->ref.count++; /* the shared page's extra allocation */
 }
 
+int share_fence_up(void *page)
+{
+    if (share_fence < 0)
+        return 0;
+    int rc = write_fence_up(share_fence, page, PM_HEAD_PAGE);
+    if (rc == -ENOTSUP) {
+        close(share_fence);
+        share_fence = -1;
+    }
+    return rc == 0;
+}
+
 /* Merge page b into group g: 1 done, 0 skipped, FMEM error to stop. */
 static int merge_into(struct group *g, struct cand *b)
 {
@@ -177,6 +192,9 @@ static int merge_into(struct group *g, struct cand *b)
     }
     e->owner = (uintptr_t)A;
     e->t = t;
+    /* writers into B (GIL released) wait from here until B shows A's page;
+     * the copy reads B's bytes through t, which is not fenced */
+    int fenced = share_fence_up(B);
     for (size_t u = 0; u < UNITS;) { /* b's live runs to the same offsets of A */
         if (!(b->m[u / 64] & (1ull << (u % 64)))) {
             u++;
@@ -185,19 +203,23 @@ static int merge_into(struct group *g, struct cand *b)
         size_t end = u;
         while (end < UNITS && (b->m[end / 64] & (1ull << (end % 64))))
             end++;
-        memcpy(A + u * UNIT, B + u * UNIT, (end - u) * UNIT);
+        memcpy(A + u * UNIT, (char *)t + u * UNIT, (end - u) * UNIT);
         u = end;
     }
     if (mremap(A, 0, PM_HEAD_PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, B) == MAP_FAILED) {
         /* B still maps its own page and holds its bytes; A got copies in
          * units nobody uses. B stays in the table as a private page
          * (SH_LOCAL), out of later passes, with the extra count */
+        if (fenced)
+            write_fence_undo(share_fence, B, PM_HEAD_PAGE);
         munmap(t, PM_HEAD_PAGE);
         e->owner = SH_LOCAL;
         e->t = NULL;
         pool_cut(b, &fl);
         return FMEM_ENOMEM;
     }
+    if (fenced)
+        write_fence_down(share_fence, B, PM_HEAD_PAGE);
     madvise(t, PM_HEAD_PAGE, MADV_REMOVE);
     pool_cut(b, &fl);
     share_find((uintptr_t)A)->naliases++;
@@ -253,8 +275,10 @@ FMEM_API int64_t fmem_hooks_python_share_pages(void)
         free(cv);
         return err;
     }
-    if (!share_pid)
+    if (!share_pid) {
         share_pid = getpid();
+        share_fence = write_fence_open(1);
+    }
     qsort(cv, ncand, sizeof *cv, by_units_desc);
     struct group *gv = malloc(ncand * sizeof *gv);
     if (!gv) {

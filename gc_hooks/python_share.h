@@ -20,11 +20,21 @@ struct share_ent {
     uintptr_t owner;    /* SH_OWNER, SH_LOCAL, or the owner page it maps */
     void *t;            /* an alias's own file page */
     unsigned naliases;  /* an owner's aliases */
+    int fenced;         /* write-fenced while its owner hands over */
 };
 
 extern struct share_ent *share_tab; /* share_cap slots, open addressing */
 extern size_t share_cap, share_n, share_aliases;
 extern pid_t share_pid; /* the process that made the mappings */
+/* The write fence of a merge or hand-over (libfmem/far/write_fence.h):
+ * opened at the first pass of the process that shares; -1 where
+ * userfaultfd is refused or handles user-mode faults only, with
+ * FMEM_COMPACT_FENCE=0, and from the first page that cannot be
+ * write-protected (a kernel without write-protect on shared memory).
+ * Without it pages are remapped unfenced. */
+extern int share_fence;
+/* Write-fence page `page` (4 KiB): 1, or 0 when it stays unfenced. */
+int share_fence_up(void *page);
 
 struct share_ent *share_find(uintptr_t page);
 /* A new entry for page (not in the table), or NULL without memory. */

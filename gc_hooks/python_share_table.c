@@ -9,6 +9,7 @@
 struct share_ent *share_tab;
 size_t share_cap, share_n, share_aliases;
 pid_t share_pid;
+int share_fence = -1;
 
 static size_t home(uintptr_t page)
 {

@@ -11,10 +11,14 @@
  * free of a block nobody uses (carved and off the free list, or carved
  * from the tail for it), so that pymalloc itself finds the pool empty,
  * moves it to its arena's free pools and frees the arena when it is all
- * free. With the GIL held, no Python code in between. */
+ * free. With the GIL held, no Python code in between; while an owner
+ * hands over, its aliases (pages of pools with objects) are write-fenced
+ * where userfaultfd allows (share_fence), so that a write into them
+ * without the GIL between the copy and the remap is not lost. */
 #include "fmem_hooks_python.h"
 #include "python_pools.h"
 #include "python_share.h"
+#include "write_fence.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +48,21 @@ static int pymalloc_of(PyMemAllocatorEx *raw)
     return 1;
 }
 
+/* Alias a of owner page `owner`, if fenced: its writers go on, into its
+ * new mapping, or (undo) into the page it still maps. */
+static void fence_off(struct share_ent *a, uintptr_t owner, int undo)
+{
+    if (!a->page || a->owner != owner || !a->fenced)
+        return;
+    a->fenced = 0;
+    if (share_fence < 0)
+        return; /* closed meanwhile (a page that could not be fenced): woken */
+    if (undo)
+        write_fence_undo(share_fence, (void *)a->page, PAGE);
+    else
+        write_fence_down(share_fence, (void *)a->page, PAGE);
+}
+
 /* Give page (in the table) memory of its own. 0, or -1 if a mapping
  * failed (the page then stays shared). */
 static int unshare_page(uintptr_t page)
@@ -71,11 +90,21 @@ static int unshare_page(uintptr_t page)
         share_del(page);
         return 0;
     }
+    /* the aliases hold other pools' objects: writers into them without
+     * the GIL wait from the copy until they map the heir's page */
+    for (size_t i = 0; i < share_cap; i++)
+        if (share_tab[i].page && share_tab[i].owner == page)
+            share_tab[i].fenced = share_fence_up((void *)share_tab[i].page);
     uintptr_t to = heir->page;
     memcpy(heir->t, (void *)page, PAGE);
-    if (mremap(heir->t, PAGE, PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)to) == MAP_FAILED)
+    if (mremap(heir->t, PAGE, PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)to) == MAP_FAILED) {
+        for (size_t i = 0; i < share_cap; i++)
+            fence_off(&share_tab[i], page, 1);
         return -1;
+    }
+    fence_off(heir, page, 0);
     heir->owner = SH_OWNER;
+    heir->fenced = 0;
     heir->t = NULL;
     heir->naliases = 0;
     share_aliases--;
@@ -86,9 +115,11 @@ static int unshare_page(uintptr_t page)
             continue;
         if (mremap((void *)to, 0, PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a->page) ==
             MAP_FAILED) {
+            fence_off(a, page, 1);
             failed++; /* it still maps this page, which stays its owner */
             continue;
         }
+        fence_off(a, page, 0);
         a->owner = to;
         heir->naliases++;
     }

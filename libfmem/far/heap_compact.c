@@ -21,17 +21,15 @@
  * kernel, a pool file that cannot be write-protected) merges go on
  * unfenced: docs/far-memory.md says when that is safe. */
 #include <errno.h>
-#include <linux/userfaultfd.h>
 #include <unistd.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 
 #include "fork.h"
 #include "heap_compact.h"
-#include "uffd.h"
+#include "write_fence.h"
 
 #define RESERVE_BYTES ((size_t)1 << 30) /* slots reserved at a time */
 #define DEFAULT_INTERVAL 64
@@ -320,19 +318,11 @@ void compact_drop_aliases(struct fmem_heap *h, struct slab *s)
     }
 }
 
-/* ---- the write fence --------------------------------------------------- */
+/* ---- the write fence (write_fence.h) --------------------------------- */
 
-/* FMEM_COMPACT_FENCE=0 in the environment turns fencing off (for
- * measuring what it costs). Write-protect faults only: no removal events, which would stop a thread
- * that madvises a fenced range until somebody reads them. */
 static int fence_open(void)
 {
-    const char *e = getenv("FMEM_COMPACT_FENCE"); /* "0": merges unfenced */
-    if (e && strcmp(e, "0") == 0)
-        return -1;
-    int user_only;
-    int fd = uffd_open_with(UFFD_FEATURE_PAGEFAULT_FLAG_WP, &user_only);
-    return fd < 0 ? -1 : fd;
+    return write_fence_open(0);
 }
 
 int compact_fenced(const struct fmem_heap *h)
@@ -342,9 +332,7 @@ int compact_fenced(const struct fmem_heap *h)
 
 static void fence_undo(int fd, char *at)
 {
-    struct uffdio_range rg = {.start = (uintptr_t)at, .len = SLAB_SIZE};
-    uffd_wp(fd, at, SLAB_SIZE, 0); /* wakes writers: the merge did not happen */
-    ioctl(fd, UFFDIO_UNREGISTER, &rg);
+    write_fence_undo(fd, at, SLAB_SIZE); /* wakes writers: the merge did not happen */
 }
 
 /* Fence the ranges showing b's chunk (b's and its aliases'): 0, or
@@ -353,18 +341,12 @@ static int fence_up(struct heap_compact *c, struct slab *sb)
 {
     if (c->uffd < 0)
         return 0;
-    for (struct slab *x = sb; x; x = x->merged) {
-        int rc = uffd_register(c->uffd, x->start, SLAB_SIZE);
-        if (rc == 0 && (rc = uffd_wp(c->uffd, x->start, SLAB_SIZE, 1)) != 0) {
-            struct uffdio_range rg = {.start = (uintptr_t)x->start, .len = SLAB_SIZE};
-            ioctl(c->uffd, UFFDIO_UNREGISTER, &rg);
-        }
-        if (rc) {
+    for (struct slab *x = sb; x; x = x->merged)
+        if (write_fence_up(c->uffd, x->start, SLAB_SIZE) != 0) {
             for (struct slab *y = sb; y != x; y = y->merged)
                 fence_undo(c->uffd, y->start);
             return FMEM_EIO;
         }
-    }
     return 0;
 }
 
@@ -375,7 +357,7 @@ static void fence_down(struct heap_compact *c, struct slab *sb)
     if (c->uffd < 0)
         return;
     for (struct slab *x = sb; x; x = x->merged)
-        uffd_wake(c->uffd, x->start, SLAB_SIZE);
+        write_fence_down(c->uffd, x->start, SLAB_SIZE);
 }
 
 /* ---- set-up ------------------------------------------------------------ */
