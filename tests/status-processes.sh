@@ -32,10 +32,23 @@ trap cleanup EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 me=$(id -u)
+# start_app DIR LOG [ARGS...]: the test application on DIR in the
+# background (its pid in apid), waited for until it is ready
+start_app() {
+    local d=$1 log=$2
+    shift 2
+    "$app" "$d" "$@" >"$log" 2>&1 &
+    apid=$!
+    for _ in $(seq 400); do [ -e "$d/ready" ] && break; sleep 0.05; done
+}
+# kill_app: kill -9 the application started last and reap it
+kill_app() {
+    kill -9 "$apid"
+    wait "$apid" 2>/dev/null
+    apid=
+}
 
-"$app" "$dir" "$dir/cold.ssd" >"$dir/app.log" 2>&1 &
-apid=$!
-for _ in $(seq 400); do [ -e "$dir/ready" ] && break; sleep 0.05; done
+start_app "$dir" "$dir/app.log" "$dir/cold.ssd"
 [ -e "$dir/ready" ] || { cat "$dir/app.log"; echo "FAIL: the application did not start"; exit 1; }
 sleep 0.3 # a rewrite after the last transfers
 page="$FMEM_STATS_DIR/fmem-stats.$me.$apid"
@@ -106,12 +119,9 @@ apid=
 
 # a killed process leaves its page: stale, removed by fmem status
 mkdir -p "$dir/k"
-"$app" "$dir/k" >"$dir/app2.log" 2>&1 &
-kpid=$!
-apid=$kpid
-for _ in $(seq 400); do [ -e "$dir/k/ready" ] && break; sleep 0.05; done
-kill -9 "$kpid"; wait "$kpid" 2>/dev/null
-apid=
+start_app "$dir/k" "$dir/app2.log"
+kpid=$apid
+kill_app
 [ -f "$FMEM_STATS_DIR/fmem-stats.$me.$kpid" ] || fail "killed process left no page (nothing to test)"
 "$B/fmem" status --processes >"$dir/text2" 2>"$dir/err2" || fail "status after kill exited $?"
 grep -q "process $kpid is gone; removed its page" "$dir/err2" || fail "stale page not reported: $(cat "$dir/err2")"
@@ -133,12 +143,9 @@ PY
 # stale pages: a killed process's, one whose pid now runs another process;
 # never another user's (by name or by owner), never a symlink's target.
 mkdir -p "$dir/k2" "$dir/n"
-"$app" "$dir/k2" >"$dir/app4.log" 2>&1 &
-k2=$!
-apid=$k2
-for _ in $(seq 400); do [ -e "$dir/k2/ready" ] && break; sleep 0.05; done
-kill -9 "$k2"; wait "$k2" 2>/dev/null
-apid=
+start_app "$dir/k2" "$dir/app4.log"
+k2=$apid
+kill_app
 P=$FMEM_STATS_DIR/fmem-stats
 [ -f "$P.$me.$k2" ] || fail "killed process left no page (nothing to test)"
 sleep 600 &
@@ -151,10 +158,8 @@ ln -s "$dir/target" "$P.$me.999999997"
 if [ "$me" = 0 ]; then
     cp "$P.$me.$k2" "$P.$me.999999996" && chown 65534 "$P.$me.999999996"
 fi
-"$app" "$dir/n" >"$dir/app5.log" 2>&1 &
-npid=$!
-apid=$npid
-for _ in $(seq 400); do [ -e "$dir/n/ready" ] && break; sleep 0.05; done
+start_app "$dir/n" "$dir/app5.log"
+npid=$apid
 [ -f "$P.$me.$npid" ] || fail "the next process published no page"
 [ -e "$P.$me.$k2" ] && fail "the next publisher kept a killed process's page"
 [ -e "$P.$me.$spid" ] && fail "the next publisher kept a page of a reused pid"
@@ -176,10 +181,8 @@ rm -f "$P.$me.999999996"
 
 # FMEM_STATS=0: nothing published
 mkdir -p "$dir/o"
-FMEM_STATS=0 "$app" "$dir/o" >"$dir/app3.log" 2>&1 &
-opid=$!
-apid=$opid
-for _ in $(seq 400); do [ -e "$dir/o/ready" ] && break; sleep 0.05; done
+FMEM_STATS=0 start_app "$dir/o" "$dir/app3.log"
+opid=$apid
 [ -e "$FMEM_STATS_DIR/fmem-stats.$me.$opid" ] && fail "FMEM_STATS=0 still published"
 : >"$dir/o/done"
 wait "$opid"
