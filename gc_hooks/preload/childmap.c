@@ -1,29 +1,48 @@
 /* childmap.c - a fork child's view of the blocks write-protected in its
- * parent (lazy.c), made at its first write to each.
+ * parent (lazy.c), made at its first access to each.
  *
  * Such a block is still the parent's MAP_SHARED mapping in the child. The
  * parent never writes those pool pages again (it remaps the block at its
- * own first write), so the child may read them as they are; it must not
+ * own first write), so the child could read them as they are; it must not
  * write them. Remapping every block MAP_PRIVATE in the fork handler costs
  * one mmap per block (2000 blocks: about as much as the fork itself), and
- * a child that calls exec next never needs any of them. So the child's
- * fork handler only makes them read-only, one mprotect per run of such
- * blocks in the mirror (what lies between them is reserved address space),
- * and a SIGSEGV handler remaps a block MAP_PRIVATE at the first write to
- * it, then lets the write go on. A fault anywhere else goes to the handler
- * the program had (or the default action).
+ * a child that calls exec next never needs any of them. So the fork
+ * handler registers each block with a userfaultfd of the child's own, in
+ * minor mode (a fault at any access to a page of the file that this
+ * process has not mapped: after fork the child has no page table entry of
+ * a shared mapping) and missing mode (a page the file does not have yet),
+ * and a thread started with it remaps a block MAP_PRIVATE at the first
+ * access to it, then wakes the threads waiting there. Accesses by the
+ * kernel (read() into the block, recvmsg, stat buffers, io_uring) wait the
+ * same way, and no signal handler is involved. A child that calls exec
+ * pays the registrations (one ioctl per block, no mapping made) and the
+ * thread's start.
  *
- * The price: a write by the kernel (read() into such a block, in the child,
- * before the child wrote the block itself) is not a fault but EFAULT; the
- * interposed read calls (kwrite.c) remap and retry, other such calls
- * return EFAULT. A program that replaces the SIGSEGV handler in the child
- * loses the remap (its handler sees the fault). FMEM_PRELOAD_CHILD_REMAP=
- * eager remaps every block in the fork handler instead. */
+ * The descriptor lives only in the thread's table of descriptors: the
+ * fork handler gives the program's threads a table of their own without
+ * it (unshare(CLONE_FILES)), and the thread then closes every descriptor
+ * of its table but the userfaultfd and the pools' data files (which the
+ * remap maps). A program that closes all its descriptors after the fork
+ * (a daemon) neither drops the registrations (the blocks would be the
+ * pool's to write again) nor makes the remap map another file that took a
+ * pool file's number. The thread ends once no block waits.
+ *
+ * Where the child cannot have a userfaultfd with minor faults (no
+ * descriptor left, a kernel without them) or FMEM_PRELOAD_CHILD_REMAP=
+ * eager, the fork handler remaps the blocks itself (blocks.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <linux/userfaultfd.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <string.h>
-#include <sys/mman.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "preload.h"
 
@@ -32,37 +51,41 @@
 #define ARENAS 8
 static struct fp_arena *arenas[ARENAS];
 static int narenas;
-static struct sigaction prev;   /* the program's SIGSEGV handler */
-static atomic_flag busy = ATOMIC_FLAG_INIT;
-static char *run_start, *run_end;
-static _Atomic int armed;
+static int cfd = -1;      /* the userfaultfd, in the fork handler */
+static int tried;         /* opening it failed: remap at once */
+static uint64_t waiting_n; /* objects registered, not remapped; under fp_lazy_lock() */
+static _Atomic uint32_t handed; /* 0: the thread waits for the program's table of its own;
+                                 * 1: it has one; 2: it shares the thread's */
 
-static void run_flush(void)
+static int add_arena(struct fp_arena *a)
 {
-    if (run_end > run_start)
-        mprotect(run_start, (size_t)(run_end - run_start), PROT_READ);
-    run_start = run_end = NULL;
+    for (int i = 0; i < narenas; i++)
+        if (arenas[i] == a)
+            return 0;
+    if (narenas == ARENAS)
+        return -1;
+    arenas[narenas++] = a;
+    return 0;
 }
 
 int fp_childmap_add(struct fp_arena *a, struct fp_obj *o)
 {
-    if (!narenas || arenas[narenas - 1] != a) {
-        if (narenas == ARENAS)
-            return -1;
-        arenas[narenas++] = a;
+    if (cfd < 0 && !tried) {
+        tried = 1;
+        cfd = fp_uffd_open(UFFD_FEATURE_MINOR_SHMEM, 0);
     }
-    char *p = fp_obj_ptr(a, o);
-    if (run_end && p < run_end)
-        run_flush(); /* not in address order: never, records are */
-    if (!run_start)
-        run_start = p;
-    run_end = p + fp_obj_len(o);
-    /* o->lazy stays FP_LAZY_FORK: no write to its record (a copy of the
-     * page: 2000 objects, 2000 pages copied) */
+    if (cfd < 0 || add_arena(a) != 0)
+        return -1;
+    struct uffdio_register rg = {
+        .range = {.start = (uint64_t)(uintptr_t)fp_obj_ptr(a, o), .len = fp_obj_len(o)},
+        .mode = UFFDIO_REGISTER_MODE_MINOR | UFFDIO_REGISTER_MODE_MISSING};
+    if (ioctl(cfd, UFFDIO_REGISTER, &rg) != 0)
+        return -1;
+    /* o->lazy stays FP_LAZY_FORK: no write to its record here (a copy of
+     * the page: 2000 objects, 2000 pages copied) */
+    waiting_n++;
     return 0;
 }
-
-void fp_childmap_break(void) { run_flush(); }
 
 /* The object whose range holds p, if it waits for its remap here, and
  * its arena. */
@@ -77,73 +100,179 @@ static struct fp_obj *waiting(char *p, struct fp_arena **in)
     *in = a;
     size_t j = (size_t)(p - a->mirror) >> (FP_CHUNK_SHIFT + 1);
     for (size_t k = j + 1, n = 0; k-- > 0 && n < FP_SMALL_SCAN_MAX; n++) {
-        if (!atomic_load_explicit(&a->table[k], memory_order_acquire))
+        uint64_t e = atomic_load_explicit(&a->table[k], memory_order_acquire);
+        if (!e)
             continue;
         struct fp_obj *o = &a->objs[k];
         if (p >= fp_obj_ptr(a, o) + fp_obj_len(o))
             return NULL;
-        return o->lazy == FP_LAZY_FORK ? o : NULL;
+        return (e & FP_E_PRIVATE) && !(e & FP_E_CACHED) && o->lazy == FP_LAZY_FORK ? o : NULL;
     }
     return NULL;
 }
 
-/* 1 if p was in such an object (now this process's own), else 0. */
-int fp_childmap_fault(char *p)
+static void futex(_Atomic uint32_t *w, int op, uint32_t v)
 {
-    if (!atomic_load_explicit(&armed, memory_order_acquire))
-        return 0;
-    while (atomic_flag_test_and_set_explicit(&busy, memory_order_acquire))
-        ; /* another thread remaps: a few microseconds */
-    struct fp_arena *a = NULL;
-    struct fp_obj *o = waiting(p, &a);
-    int done = o && fp_snap_unshare(a, o) == 0; /* o->lazy: NONE */
-    atomic_flag_clear_explicit(&busy, memory_order_release);
-    return done;
+    syscall(SYS_futex, (uint32_t *)w, op | FUTEX_PRIVATE_FLAG, v, NULL, NULL, 0);
 }
 
-int fp_childmap_unshare(const void *p, size_t len)
-{
-    if (!atomic_load_explicit(&armed, memory_order_acquire) || !len)
-        return 0;
-    int done = 0;
-    const char *q = p, *end = q + len;
-    for (q = (const char *)((uintptr_t)q & ~(uintptr_t)4095); q < end; q += 4096)
-        done |= fp_childmap_fault((char *)q);
-    return done;
-}
+static int cmp_int(const void *x, const void *y) { return *(const int *)x - *(const int *)y; }
 
-void fp_childmap_child(void) { atomic_flag_clear(&busy); }
-
-static void on_segv(int sig, siginfo_t *si, void *uc)
+/* Close every descriptor of this thread's table but the userfaultfd and
+ * the pools' data files. */
+static void close_others(int fd)
 {
-    if (si->si_code == SEGV_ACCERR && fp_childmap_fault(si->si_addr))
-        return; /* the write goes on */
-    if (prev.sa_flags & SA_SIGINFO) {
-        prev.sa_sigaction(sig, si, uc);
-        return;
+    int keep[ARENAS + 2], n = 0;
+    keep[n++] = fd;
+    for (int i = 0; i < narenas; i++)
+        if (arenas[i]->data_fd >= 0)
+            keep[n++] = arenas[i]->data_fd;
+    qsort(keep, (size_t)n, sizeof *keep, cmp_int);
+    unsigned from = 0;
+    for (int i = 0; i < n; i++) {
+        if ((unsigned)keep[i] > from)
+            syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0);
+        from = (unsigned)keep[i] + 1;
     }
-    if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
-        prev.sa_handler(sig);
-        return;
-    }
-    /* the default action: fault again without us */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigaction(SIGSEGV, &dfl, NULL);
+    syscall(SYS_close_range, from, ~0u, 0);
 }
 
-/* After the fork handler added the objects: the handler, if any waits. */
+static void *remap_thread(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    fp_in_pool = 1; /* never the pool's allocations from here */
+    uint32_t h;
+    while ((h = atomic_load(&handed)) == 0)
+        futex(&handed, FUTEX_WAIT, 0);
+    if (h == 1)
+        close_others(fd);
+    for (;;) {
+        struct uffd_msg m;
+        ssize_t n = read(fd, &m, sizeof m);
+        if (n != (ssize_t)sizeof m) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            break;
+        }
+        if (m.event != UFFD_EVENT_PAGEFAULT)
+            continue;
+        char *p = (char *)(uintptr_t)(m.arg.pagefault.address & ~(uint64_t)4095);
+        char *start = p;
+        size_t len = 4096;
+        fp_lazy_lock();
+        struct fp_arena *a = NULL;
+        struct fp_obj *o = waiting(p, &a);
+        if (o) {
+            start = fp_obj_ptr(a, o);
+            len = fp_obj_len(o);
+            if (fp_snap_unshare(a, o) != 0) { /* o->lazy: NONE */
+                fp_say("fork child: cannot remap a %zu-byte block before using it", len);
+                abort();
+            }
+            waiting_n--;
+        }
+        /* else: the object was remapped for another thread's fault */
+        int done = waiting_n == 0;
+        fp_lazy_unlock();
+        fp_uffd_wake(fd, (uint64_t)(uintptr_t)start, len);
+        if (done)
+            break;
+    }
+    close(fd); /* wakes whoever still waits: the blocks are private now */
+    return NULL;
+}
+
+/* Remap every waiting object now (no thread to do it at their first
+ * access). */
+static void remap_all(void)
+{
+    for (int i = 0; i < narenas; i++) {
+        struct fp_arena *a = arenas[i];
+        size_t nchunks = a->cap >> FP_CHUNK_SHIFT;
+        for (size_t k = 0; k < nchunks; k++) {
+            uint64_t e = atomic_load(&a->table[k]);
+            struct fp_obj *o = &a->objs[k];
+            if ((e & FP_E_PRIVATE) && !(e & FP_E_CACHED) && o->lazy == FP_LAZY_FORK &&
+                fp_snap_unshare(a, o) != 0) {
+                fp_say("fork child: cannot remap a %zu-byte block", fp_obj_len(o));
+                abort();
+            }
+        }
+    }
+    waiting_n = 0;
+}
+
 void fp_childmap_arm(void)
 {
-    run_flush();
-    if (!narenas || atomic_load(&armed))
+    if (cfd < 0)
         return;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_segv;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &prev);
-    atomic_store_explicit(&armed, 1, memory_order_release);
+    int fd = cfd;
+    cfd = -1;
+    if (!waiting_n) {
+        close(fd);
+        return;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 << 10);
+    pthread_t t;
+    atomic_store(&handed, 0);
+    int rc = pthread_create(&t, &at, remap_thread, (void *)(intptr_t)fd);
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        close(fd); /* drops the registrations */
+        remap_all();
+        return;
+    }
+    /* the program's threads get a table of their own, without the
+     * userfaultfd; the thread keeps the table it shared with us */
+    int own = unshare(CLONE_FILES) == 0;
+    if (own)
+        close(fd);
+    atomic_store(&handed, own ? 1 : 2);
+    futex(&handed, FUTEX_WAKE, 1);
+}
+
+void fp_childmap_child(void)
+{
+    /* the parent's thread and descriptor are not here: the objects still
+     * waiting there (their remap was not under way: the fork held the
+     * lock) wait here, registered anew */
+    cfd = -1;
+    tried = 0;
+    if (!waiting_n)
+        return;
+    waiting_n = 0;
+    for (int i = 0; i < narenas; i++) {
+        struct fp_arena *a = arenas[i];
+        size_t nchunks = a->cap >> FP_CHUNK_SHIFT;
+        for (size_t k = 0; k < nchunks; k++) {
+            uint64_t e = atomic_load(&a->table[k]);
+            struct fp_obj *o = &a->objs[k];
+            if (!(e & FP_E_PRIVATE) || (e & FP_E_CACHED) || o->lazy != FP_LAZY_FORK)
+                continue;
+            if (fp_cfg.child_remap_eager || fp_childmap_add(a, o) != 0) {
+                if (fp_snap_unshare(a, o) != 0) {
+                    fp_say("fork child: cannot remap a %zu-byte block", fp_obj_len(o));
+                    abort();
+                }
+            }
+        }
+    }
+}
+
+void fp_childmap_free(struct fp_arena *a, struct fp_obj *o)
+{
+    fp_lazy_lock();
+    if (o->lazy == FP_LAZY_FORK) {
+        o->lazy = FP_LAZY_NONE;
+        waiting_n--;
+    }
+    fp_unmap_range(fp_obj_ptr(a, o), fp_obj_len(o)); /* keep the range reserved */
+    fp_lazy_unlock();
 }
