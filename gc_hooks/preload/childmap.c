@@ -34,6 +34,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/userfaultfd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -42,6 +43,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "preload.h"
@@ -72,7 +74,7 @@ int fp_childmap_add(struct fp_arena *a, struct fp_obj *o)
 {
     if (cfd < 0 && !tried) {
         tried = 1;
-        cfd = fp_uffd_open(UFFD_FEATURE_MINOR_SHMEM, 0);
+        cfd = fp_uffd_open(UFFD_FEATURE_MINOR_SHMEM, O_NONBLOCK);
     }
     if (cfd < 0 || add_arena(a) != 0)
         return -1;
@@ -137,6 +139,61 @@ static void close_others(int fd)
     syscall(SYS_close_range, from, ~0u, 0);
 }
 
+/* Remap o for a fault at p (fp_lazy_lock() held); its range in *start,
+ * *len (p's page if o is no longer waiting). */
+static void remap_one(struct fp_arena *a, struct fp_obj *o, char *p, char **start, size_t *len)
+{
+    *start = p;
+    *len = 4096;
+    if (!o)
+        return; /* remapped already, for another thread's fault */
+    *start = fp_obj_ptr(a, o);
+    *len = fp_obj_len(o);
+    if (fp_snap_unshare(a, o) != 0) { /* o->lazy: NONE */
+        fp_say("fork child: cannot remap a %zu-byte block before using it", *len);
+        abort();
+    }
+    waiting_n--;
+}
+
+/* A child that uses many of the blocks one after the other (it saves or
+ * sends them all, say) would stop at each, a round trip to this thread
+ * per block: once STREAK_MIN faults came within STREAK_MS, the thread
+ * remaps every block still waiting, one at a time in address order, and
+ * serves faults between them. A child that calls exec, or uses a few
+ * blocks, never gets there. */
+#define STREAK_MIN 8
+#define STREAK_MS 100
+static int sweep_arena;
+static size_t sweep_rec;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The next waiting object of the sweep, remapped (fp_lazy_lock() held). */
+static void sweep_step(void)
+{
+    for (; sweep_arena < narenas; sweep_arena++, sweep_rec = 0) {
+        struct fp_arena *a = arenas[sweep_arena];
+        size_t nchunks = a->cap >> FP_CHUNK_SHIFT;
+        for (; sweep_rec < nchunks; sweep_rec++) {
+            uint64_t e = atomic_load(&a->table[sweep_rec]);
+            struct fp_obj *o = &a->objs[sweep_rec];
+            if ((e & FP_E_PRIVATE) && !(e & FP_E_CACHED) && o->lazy == FP_LAZY_FORK) {
+                char *start;
+                size_t len;
+                remap_one(a, o, fp_obj_ptr(a, o), &start, &len);
+                return;
+            }
+        }
+    }
+    waiting_n = 0; /* none left (freed ones were counted out) */
+}
+
 static void *remap_thread(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -146,35 +203,42 @@ static void *remap_thread(void *arg)
         futex(&handed, FUTEX_WAIT, 0);
     if (h == 1)
         close_others(fd);
+    uint64_t streak_start = 0;
+    int streak_n = 0, sweep = 0;
     for (;;) {
+        if (!sweep) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            if (poll(&pf, 1, -1) < 0 && errno != EINTR)
+                break;
+        }
         struct uffd_msg m;
         ssize_t n = read(fd, &m, sizeof m);
-        if (n != (ssize_t)sizeof m) {
-            if (n < 0 && errno == EINTR)
-                continue;
-            break;
-        }
-        if (m.event != UFFD_EVENT_PAGEFAULT)
-            continue;
-        char *p = (char *)(uintptr_t)(m.arg.pagefault.address & ~(uint64_t)4095);
-        char *start = p;
-        size_t len = 4096;
-        fp_lazy_lock();
-        struct fp_arena *a = NULL;
-        struct fp_obj *o = waiting(p, &a);
-        if (o) {
-            start = fp_obj_ptr(a, o);
-            len = fp_obj_len(o);
-            if (fp_snap_unshare(a, o) != 0) { /* o->lazy: NONE */
-                fp_say("fork child: cannot remap a %zu-byte block before using it", len);
-                abort();
+        char *start = NULL;
+        size_t len = 0;
+        if (n == (ssize_t)sizeof m && m.event == UFFD_EVENT_PAGEFAULT) {
+            char *p = (char *)(uintptr_t)(m.arg.pagefault.address & ~(uint64_t)4095);
+            uint64_t now = now_ms();
+            if (now - streak_start > STREAK_MS) {
+                streak_start = now;
+                streak_n = 0;
             }
-            waiting_n--;
+            sweep |= ++streak_n >= STREAK_MIN;
+            fp_lazy_lock();
+            struct fp_arena *a = NULL;
+            struct fp_obj *o = waiting(p, &a);
+            remap_one(a, o, p, &start, &len);
+        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            break;
+        } else if (n < 0 && errno == EAGAIN && sweep) {
+            fp_lazy_lock();
+            sweep_step();
+        } else {
+            continue;
         }
-        /* else: the object was remapped for another thread's fault */
         int done = waiting_n == 0;
         fp_lazy_unlock();
-        fp_uffd_wake(fd, (uint64_t)(uintptr_t)start, len);
+        if (len)
+            fp_uffd_wake(fd, (uint64_t)(uintptr_t)start, len);
         if (done)
             break;
     }
@@ -221,6 +285,8 @@ void fp_childmap_arm(void)
     pthread_attr_setstacksize(&at, 64 << 10);
     pthread_t t;
     atomic_store(&handed, 0);
+    sweep_arena = 0;
+    sweep_rec = 0;
     int rc = pthread_create(&t, &at, remap_thread, (void *)(intptr_t)fd);
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
