@@ -37,7 +37,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -139,6 +138,15 @@ static void close_others(int fd)
     syscall(SYS_close_range, from, ~0u, 0);
 }
 
+/* o, MAP_PRIVATE (the pool pages it reads are the parent's as of the fork). */
+static void must_unshare(struct fp_arena *a, struct fp_obj *o)
+{
+    if (fp_snap_unshare(a, o) != 0) { /* o->lazy: NONE */
+        fp_say("fork child: cannot remap a %zu-byte block before using it", fp_obj_len(o));
+        abort();
+    }
+}
+
 /* Remap o for a fault at p (fp_lazy_lock() held); its range in *start,
  * *len (p's page if o is no longer waiting). */
 static void remap_one(struct fp_arena *a, struct fp_obj *o, char *p, char **start, size_t *len)
@@ -149,10 +157,7 @@ static void remap_one(struct fp_arena *a, struct fp_obj *o, char *p, char **star
         return; /* remapped already, for another thread's fault */
     *start = fp_obj_ptr(a, o);
     *len = fp_obj_len(o);
-    if (fp_snap_unshare(a, o) != 0) { /* o->lazy: NONE */
-        fp_say("fork child: cannot remap a %zu-byte block before using it", *len);
-        abort();
-    }
+    must_unshare(a, o);
     waiting_n--;
 }
 
@@ -174,24 +179,36 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* The next waiting object of the sweep, remapped (fp_lazy_lock() held). */
-static void sweep_step(void)
+/* The first object waiting here at or after record *k of arenas[*ai]
+ * (both moved there), or NULL. */
+static struct fp_obj *next_waiting(int *ai, size_t *k, struct fp_arena **in)
 {
-    for (; sweep_arena < narenas; sweep_arena++, sweep_rec = 0) {
-        struct fp_arena *a = arenas[sweep_arena];
+    for (; *ai < narenas; ++*ai, *k = 0) {
+        struct fp_arena *a = arenas[*ai];
         size_t nchunks = a->cap >> FP_CHUNK_SHIFT;
-        for (; sweep_rec < nchunks; sweep_rec++) {
-            uint64_t e = atomic_load(&a->table[sweep_rec]);
-            struct fp_obj *o = &a->objs[sweep_rec];
+        for (; *k < nchunks; ++*k) {
+            uint64_t e = atomic_load(&a->table[*k]);
+            struct fp_obj *o = &a->objs[*k];
             if ((e & FP_E_PRIVATE) && !(e & FP_E_CACHED) && o->lazy == FP_LAZY_FORK) {
-                char *start;
-                size_t len;
-                remap_one(a, o, fp_obj_ptr(a, o), &start, &len);
-                return;
+                *in = a;
+                return o;
             }
         }
     }
-    waiting_n = 0; /* none left (freed ones were counted out) */
+    return NULL;
+}
+
+/* The next waiting object of the sweep, remapped (fp_lazy_lock() held). */
+static void sweep_step(void)
+{
+    struct fp_arena *a;
+    struct fp_obj *o = next_waiting(&sweep_arena, &sweep_rec, &a);
+    if (!o) {
+        waiting_n = 0; /* none left (freed ones were counted out) */
+        return;
+    }
+    must_unshare(a, o);
+    waiting_n--;
 }
 
 static void *remap_thread(void *arg)
@@ -250,19 +267,11 @@ static void *remap_thread(void *arg)
  * access). */
 static void remap_all(void)
 {
-    for (int i = 0; i < narenas; i++) {
-        struct fp_arena *a = arenas[i];
-        size_t nchunks = a->cap >> FP_CHUNK_SHIFT;
-        for (size_t k = 0; k < nchunks; k++) {
-            uint64_t e = atomic_load(&a->table[k]);
-            struct fp_obj *o = &a->objs[k];
-            if ((e & FP_E_PRIVATE) && !(e & FP_E_CACHED) && o->lazy == FP_LAZY_FORK &&
-                fp_snap_unshare(a, o) != 0) {
-                fp_say("fork child: cannot remap a %zu-byte block", fp_obj_len(o));
-                abort();
-            }
-        }
-    }
+    int ai = 0;
+    size_t k = 0;
+    struct fp_arena *a;
+    for (struct fp_obj *o; (o = next_waiting(&ai, &k, &a)) != NULL; k++)
+        must_unshare(a, o);
     waiting_n = 0;
 }
 
@@ -276,21 +285,10 @@ void fp_childmap_arm(void)
         close(fd);
         return;
     }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&at, 64 << 10);
-    pthread_t t;
     atomic_store(&handed, 0);
     sweep_arena = 0;
     sweep_rec = 0;
-    int rc = pthread_create(&t, &at, remap_thread, (void *)(intptr_t)fd);
-    pthread_attr_destroy(&at);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc) {
+    if (fp_thread_start(remap_thread, (void *)(intptr_t)fd) != 0) {
         close(fd); /* drops the registrations */
         remap_all();
         return;
@@ -314,22 +312,12 @@ void fp_childmap_child(void)
     if (!waiting_n)
         return;
     waiting_n = 0;
-    for (int i = 0; i < narenas; i++) {
-        struct fp_arena *a = arenas[i];
-        size_t nchunks = a->cap >> FP_CHUNK_SHIFT;
-        for (size_t k = 0; k < nchunks; k++) {
-            uint64_t e = atomic_load(&a->table[k]);
-            struct fp_obj *o = &a->objs[k];
-            if (!(e & FP_E_PRIVATE) || (e & FP_E_CACHED) || o->lazy != FP_LAZY_FORK)
-                continue;
-            if (fp_cfg.child_remap_eager || fp_childmap_add(a, o) != 0) {
-                if (fp_snap_unshare(a, o) != 0) {
-                    fp_say("fork child: cannot remap a %zu-byte block", fp_obj_len(o));
-                    abort();
-                }
-            }
-        }
-    }
+    int ai = 0;
+    size_t k = 0;
+    struct fp_arena *a;
+    for (struct fp_obj *o; (o = next_waiting(&ai, &k, &a)) != NULL; k++)
+        if (fp_cfg.child_remap_eager || fp_childmap_add(a, o) != 0)
+            must_unshare(a, o);
 }
 
 void fp_childmap_free(struct fp_arena *a, struct fp_obj *o)

@@ -155,14 +155,8 @@ static void *fault_thread(void *arg)
     }
 }
 
-static int start(void)
+int fp_thread_start(void *(*fn)(void *), void *arg)
 {
-    if (!fp_cfg.lazy_fork)
-        return -1;
-    int fd = fp_uffd_open(UFFD_FEATURE_WP_HUGETLBFS_SHMEM, O_NONBLOCK); /* for poll */
-    if (fd < 0)
-        return -1;
-    kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -171,10 +165,21 @@ static int start(void)
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 64 << 10);
     pthread_t t;
-    int rc = pthread_create(&t, &at, fault_thread, (void *)(intptr_t)fd);
+    int rc = pthread_create(&t, &at, fn, arg);
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc) {
+    return rc;
+}
+
+static int start(void)
+{
+    if (!fp_cfg.lazy_fork)
+        return -1;
+    int fd = fp_uffd_open(UFFD_FEATURE_WP_HUGETLBFS_SHMEM, O_NONBLOCK); /* for poll */
+    if (fd < 0)
+        return -1;
+    kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fp_thread_start(fault_thread, (void *)(intptr_t)fd) != 0) {
         close(fd);
         if (kick_fd >= 0)
             close(kick_fd);

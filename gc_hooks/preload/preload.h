@@ -297,6 +297,9 @@ void fp_lazy_child(void);
  * threads waiting on [start, start + len). */
 int fp_uffd_open(uint64_t features, int flags);
 void fp_uffd_wake(int fd, uint64_t start, uint64_t len);
+/* A detached thread of ours (no signal delivered to it, a 64 KiB stack):
+ * pthread_create's result. */
+int fp_thread_start(void *(*fn)(void *), void *arg);
 
 /* ---- childmap.c ---------------------------------------------------------- */
 /* Fork child: o (write-protected in the parent, still its shared mapping
