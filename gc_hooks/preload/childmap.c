@@ -13,8 +13,8 @@
  * a shared mapping) and missing mode (a page the file does not have yet),
  * and a thread started with it remaps a block MAP_PRIVATE at the first
  * access to it, then wakes the threads waiting there. Accesses by the
- * kernel (read() into the block, recvmsg, stat buffers, io_uring) wait the
- * same way, and no signal handler is involved. A child that calls exec
+ * kernel (read() into the block, recvmsg, stat buffers) wait the same
+ * way, and no signal handler is involved. A child that calls exec
  * pays the registrations (one ioctl per block, no mapping made) and the
  * thread's start.
  *
@@ -138,10 +138,12 @@ static void close_others(int fd)
     syscall(SYS_close_range, from, ~0u, 0);
 }
 
-/* o, MAP_PRIVATE (the pool pages it reads are the parent's as of the fork). */
-static void must_unshare(struct fp_arena *a, struct fp_obj *o)
+/* o, MAP_PRIVATE (the pool pages it reads are the parent's as of the
+ * fork). The thread copies from the file where the remap fails: a read
+ * through o's mapping would wait for the thread itself. */
+static void must_unshare(struct fp_arena *a, struct fp_obj *o, int in_thread)
 {
-    if (fp_snap_unshare(a, o) != 0) { /* o->lazy: NONE */
+    if (fp_snap_unshare(a, o, in_thread) != 0) { /* o->lazy: NONE */
         fp_say("fork child: cannot remap a %zu-byte block before using it", fp_obj_len(o));
         abort();
     }
@@ -157,7 +159,7 @@ static void remap_one(struct fp_arena *a, struct fp_obj *o, char *p, char **star
         return; /* remapped already, for another thread's fault */
     *start = fp_obj_ptr(a, o);
     *len = fp_obj_len(o);
-    must_unshare(a, o);
+    must_unshare(a, o, 1);
     waiting_n--;
 }
 
@@ -207,7 +209,7 @@ static void sweep_step(void)
         waiting_n = 0; /* none left (freed ones were counted out) */
         return;
     }
-    must_unshare(a, o);
+    must_unshare(a, o, 1);
     waiting_n--;
 }
 
@@ -271,7 +273,7 @@ static void remap_all(void)
     size_t k = 0;
     struct fp_arena *a;
     for (struct fp_obj *o; (o = next_waiting(&ai, &k, &a)) != NULL; k++)
-        must_unshare(a, o);
+        must_unshare(a, o, 0);
     waiting_n = 0;
 }
 
@@ -317,7 +319,7 @@ void fp_childmap_child(void)
     struct fp_arena *a;
     for (struct fp_obj *o; (o = next_waiting(&ai, &k, &a)) != NULL; k++)
         if (fp_cfg.child_remap_eager || fp_childmap_add(a, o) != 0)
-            must_unshare(a, o);
+            must_unshare(a, o, 0);
 }
 
 void fp_childmap_free(struct fp_arena *a, struct fp_obj *o)

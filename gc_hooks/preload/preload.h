@@ -222,8 +222,9 @@ void *fp_map_anon(void *at, size_t len, int prot);
  * must copy it while the parent waits), else 0. */
 int fp_snap_prepare(int lazy);
 /* Remap a write-protected object MAP_PRIVATE (or copy it into private
- * memory) at its place, keeping `since`: 0, or -1 if it is still shared. */
-int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o);
+ * memory, from_file: reading the pool file, not the object's mapping) at
+ * its place, keeping `since`: 0, or -1 if it is still shared. */
+int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o, int from_file);
 /* Parent after fork (or a failed fork): close its copy of the lock. */
 void fp_snap_parent(void);
 /* The fault thread (lazy.c, fp_lazy_lock() held): a write stopped at
