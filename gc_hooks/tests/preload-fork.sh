@@ -263,7 +263,8 @@ done
 
 # a fork child of a parent with 200 blocks of 200 KB (write-protected at
 # the fork): its fork handler makes at most 2 remapping calls, and before
-# any other use of the blocks the kernel writes into them (recvmsg,
+# any other use of the blocks a grandchild (at most 2 calls as well)
+# writes ten of them without the child seeing it, the kernel writes into them (recvmsg,
 # preadv, fstat, syscall()), a SIGSEGV handler of the child's own is in
 # place while it writes some, four threads race to check and write the
 # rest, and it writes one after closing every descriptor: each works, and

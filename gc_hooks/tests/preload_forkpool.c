@@ -72,15 +72,18 @@
  *   childuse N       N blocks of 200 KB (write-protected at the fork), a
  *                    fork; the child's fork handler makes at most 2
  *                    remapping calls (unless FMEM_PRELOAD_CHILD_REMAP=
- *                    eager), and before any other use of the blocks the
- *                    child has the kernel write into them (recvmsg, preadv
- *                    across two, fstat, syscall(SYS_pread64)), installs a
- *                    SIGSEGV handler of its own and writes five, lets four
- *                    threads check (against the parent's bytes at the
- *                    fork) and write a quarter each of the rest at once,
- *                    closes every descriptor and writes the last; the
- *                    parent, which wrote nothing since, still reads its
- *                    bytes
+ *                    eager); before any other use of the blocks the child
+ *                    forks a grandchild (whose fork handler makes at most
+ *                    2 too, and which pread()s into one block and checks
+ *                    and writes ten), then has the kernel write into them
+ *                    (recvmsg, preadv across two, fstat,
+ *                    syscall(SYS_pread64)), installs a SIGSEGV handler of
+ *                    its own and writes five, lets four threads check
+ *                    (against the parent's bytes at the fork) and write a
+ *                    quarter each of the rest at once, sees none of the
+ *                    grandchild's writes, closes every descriptor and
+ *                    writes the last; the parent, which wrote nothing
+ *                    since, still reads its bytes
  *   early N [count]  N blocks of 200 KB left alone for a while (write-
  *                    protected before any fork); three of them are then
  *                    written (one through read(), one grown in place by
@@ -973,6 +976,23 @@ static int cu_child(unsigned char **b, int n, int kfd, long maps)
         fprintf(stderr, "childuse: %ld remapping calls in the child's fork handler\n", maps);
         bad++;
     }
+    /* a grandchild before the child used any block: the blocks wait for
+     * their first use there too, its writes stay its own */
+    long gbefore = my_private_maps;
+    pid_t g = fork();
+    if (g == 0) {
+        long gmaps = my_private_maps - gbefore;
+        int gbad = !(cr && strcmp(cr, "eager") == 0) && gmaps > 2;
+        gbad += pread(kfd, b[5], GAP_SIZE, 0) != (ssize_t)GAP_SIZE || !all(b[5], GAP_SIZE, 0x3C);
+        for (int i = 0; i < 10; i++) {
+            gbad += i != 5 && !all(b[i], GAP_SIZE, gap_val(i, 0));
+            memset(b[i], 0x99, GAP_SIZE);
+        }
+        if (gbad)
+            fprintf(stderr, "childuse: grandchild: %ld remapping calls, %d failed checks\n", gmaps, gbad);
+        _exit(gbad ? 1 : 0);
+    }
+    bad += !wait_ok(g);
     /* (b) the kernel writes first: recvmsg, preadv, fstat, syscall(SYS_read) */
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
@@ -1034,6 +1054,8 @@ static int cu_child(unsigned char **b, int n, int kfd, long maps)
     for (int i = 20; i < n - 1; i++)
         for (int k = 0; k < 4; k++)
             bad += !all(b[i] + (size_t)k * (GAP_SIZE / 4), GAP_SIZE / 4, (unsigned char)(0xC0 + k));
+    for (int i = 0; i < 10; i++) /* the grandchild's writes */
+        bad += !all(b[i], GAP_SIZE, gap_val(i, 0));
     /* a daemon closes every descriptor, then writes */
     syscall(SYS_close_range, 3, ~0u, 0);
     memset(b[n - 1], 0xD1, GAP_SIZE);
