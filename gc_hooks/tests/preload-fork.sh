@@ -269,12 +269,16 @@ done
 # place while it writes some, four threads race to check and write the
 # rest, and it writes one after closing every descriptor: each works, and
 # the parent's bytes stay as they were; the same with the remap in the
-# child's fork handler (FMEM_PRELOAD_CHILD_REMAP=eager, no count)
-for mode in default eager; do
+# child's fork handler (FMEM_PRELOAD_CHILD_REMAP=eager, no count), and
+# with the child's remaps failing (copied from the pool file instead)
+for mode in default eager failremap; do
     uri="$pool?size=256M"
     fresh
     if [ $mode = default ]; then
         FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" childuse 200 >"$tmp/out" 2>&1
+    elif [ $mode = failremap ]; then
+        FMEM_PRELOAD_THRESHOLD=16384 pre timeout 120 "$tests/preload_forkpool" childuse 200 failremap \
+            >"$tmp/out" 2>&1
     else
         FMEM_PRELOAD_CHILD_REMAP=eager FMEM_PRELOAD_THRESHOLD=16384 \
             pre "$tests/preload_forkpool" childuse 200 >"$tmp/out" 2>&1

@@ -83,7 +83,10 @@
  *                    quarter each of the rest at once, sees none of the
  *                    grandchild's writes, closes every descriptor and
  *                    writes the last; the parent, which wrote nothing
- *                    since, still reads its bytes
+ *                    since, still reads its bytes. With "failremap" the
+ *                    child's remaps fail (ENOMEM from this program's
+ *                    mmap): the blocks are copied instead, with the same
+ *                    result
  *   early N [count]  N blocks of 200 KB left alone for a while (write-
  *                    protected before any fork); three of them are then
  *                    written (one through read(), one grown in place by
@@ -157,12 +160,17 @@ static int in_pool(const void *p)
  * at fork - are counted. */
 static _Atomic long private_maps;
 static _Thread_local long my_private_maps; /* those made by this thread */
+static _Atomic int fail_remaps; /* make them fail with ENOMEM */
 __attribute__((visibility("default"))) void *mmap(void *addr, size_t len, int prot, int flags,
                                                int fd, off_t off)
 {
     if (fd >= 0 && (flags & MAP_PRIVATE) && (flags & MAP_FIXED)) {
         atomic_fetch_add(&private_maps, 1);
         my_private_maps++;
+        if (atomic_load(&fail_remaps)) {
+            errno = ENOMEM;
+            return MAP_FAILED;
+        }
     }
     return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
@@ -968,9 +976,10 @@ static void cu_segv(int sig)
  * them: kernel writes, writes under a SIGSEGV handler of its own, four
  * threads racing, writes after closing every descriptor. The number of
  * failed checks. */
-static int cu_child(unsigned char **b, int n, int kfd, long maps)
+static int cu_child(unsigned char **b, int n, int kfd, long maps, int failing)
 {
     int bad = 0;
+    atomic_store(&fail_remaps, failing); /* the remaps at first use fail */
     const char *cr = getenv("FMEM_PRELOAD_CHILD_REMAP");
     if (!(cr && strcmp(cr, "eager") == 0) && maps > 2) {
         fprintf(stderr, "childuse: %ld remapping calls in the child's fork handler\n", maps);
@@ -1063,7 +1072,7 @@ static int cu_child(unsigned char **b, int n, int kfd, long maps)
     return bad;
 }
 
-static void childuse(int n)
+static void childuse(int n, int failing)
 {
     unsigned char **b = calloc((size_t)n, sizeof *b);
     for (int i = 0; i < n; i++) {
@@ -1079,7 +1088,7 @@ static void childuse(int n)
     long before = my_private_maps;
     pid_t pid = fork();
     if (pid == 0) {
-        int bad = cu_child(b, n, kfd, my_private_maps - before);
+        int bad = cu_child(b, n, kfd, my_private_maps - before, failing);
         if (bad)
             fprintf(stderr, "childuse: %d failed checks in the child\n", bad);
         _exit(bad ? 1 : 0);
@@ -1206,15 +1215,15 @@ int main(int argc, char **argv)
         lazy(atoi(argv[2]), atoi(argv[3]), argc == 5 && strcmp(argv[4], "count") == 0);
     else if ((argc == 3 || argc == 4) && strcmp(argv[1], "early") == 0)
         early(atoi(argv[2]), argc == 4 && strcmp(argv[3], "count") == 0);
-    else if (argc == 3 && strcmp(argv[1], "childuse") == 0)
-        childuse(atoi(argv[2]));
+    else if ((argc == 3 || argc == 4) && strcmp(argv[1], "childuse") == 0)
+        childuse(atoi(argv[2]), argc == 4 && strcmp(argv[3], "failremap") == 0);
     else if (argc == 3 && strcmp(argv[1], "huge") == 0)
         huge((size_t)atol(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "firstfork") == 0)
         firstfork((size_t)atol(argv[2]));
     else {
         fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
-                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|childuse N|early N [count]|huge SIZE\n");
+                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|childuse N [failremap]|early N [count]|huge SIZE\n");
         return 2;
     }
     return failed != 0;
