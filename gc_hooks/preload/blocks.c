@@ -725,7 +725,7 @@ void fp_blocks_orphan_current(void)
         if (e & FP_E_PRIVATE)
             continue;
         if (o->since && !(e & FP_E_COPY) &&
-            (o->lazy != FP_LAZY_FORK || fp_snap_unshare(a, o, 0) == 0)) {
+            (o->lazy != FP_LAZY_FORK || fp_snap_unshare(a, o, FP_UNSHARE_MAP) == 0)) {
             atomic_store(&a->table[i], e | FP_E_PRIVATE);
             continue;
         }

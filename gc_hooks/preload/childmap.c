@@ -41,6 +41,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +52,8 @@
  * a named pool of its own and forked in turn), orphaned here */
 #define ARENAS 8
 static struct fp_arena *arenas[ARENAS];
+static dev_t arena_dev[ARENAS]; /* their pool files, as the first child saw them */
+static ino_t arena_ino[ARENAS];
 static int narenas;
 static int cfd = -1;      /* the userfaultfd, in the fork handler */
 static int tried;         /* opening it failed: remap at once */
@@ -63,10 +66,22 @@ static int add_arena(struct fp_arena *a)
     for (int i = 0; i < narenas; i++)
         if (arenas[i] == a)
             return 0;
-    if (narenas == ARENAS)
+    struct stat sb;
+    if (narenas == ARENAS || fstat(a->data_fd, &sb) != 0)
         return -1;
+    arena_dev[narenas] = sb.st_dev;
+    arena_ino[narenas] = sb.st_ino;
     arenas[narenas++] = a;
     return 0;
+}
+
+/* arenas[i]'s data_fd is still its pool file in this process's table (a
+ * program may close it, and the number be reused, before it forks). */
+static int file_is_ours(int i)
+{
+    struct stat sb;
+    return fstat(arenas[i]->data_fd, &sb) == 0 && sb.st_dev == arena_dev[i] &&
+           sb.st_ino == arena_ino[i];
 }
 
 int fp_childmap_add(struct fp_arena *a, struct fp_obj *o)
@@ -139,11 +154,11 @@ static void close_others(int fd)
 }
 
 /* o, MAP_PRIVATE (the pool pages it reads are the parent's as of the
- * fork). The thread copies from the file where the remap fails: a read
- * through o's mapping would wait for the thread itself. */
-static void must_unshare(struct fp_arena *a, struct fp_obj *o, int in_thread)
+ * fork), how: FP_UNSHARE_*. The thread reads the file where the remap
+ * fails: a copy through o's mapping would wait for the thread itself. */
+static void must_unshare(struct fp_arena *a, struct fp_obj *o, int how)
 {
-    if (fp_snap_unshare(a, o, in_thread) != 0) { /* o->lazy: NONE */
+    if (fp_snap_unshare(a, o, how) != 0) { /* o->lazy: NONE */
         fp_say("fork child: cannot remap a %zu-byte block before using it", fp_obj_len(o));
         abort();
     }
@@ -159,7 +174,7 @@ static void remap_one(struct fp_arena *a, struct fp_obj *o, char *p, char **star
         return; /* remapped already, for another thread's fault */
     *start = fp_obj_ptr(a, o);
     *len = fp_obj_len(o);
-    must_unshare(a, o, 1);
+    must_unshare(a, o, FP_UNSHARE_READ);
     waiting_n--;
 }
 
@@ -209,7 +224,7 @@ static void sweep_step(void)
         waiting_n = 0; /* none left (freed ones were counted out) */
         return;
     }
-    must_unshare(a, o, 1);
+    must_unshare(a, o, FP_UNSHARE_READ);
     waiting_n--;
 }
 
@@ -273,7 +288,7 @@ static void remap_all(void)
     size_t k = 0;
     struct fp_arena *a;
     for (struct fp_obj *o; (o = next_waiting(&ai, &k, &a)) != NULL; k++)
-        must_unshare(a, o, 0);
+        must_unshare(a, o, FP_UNSHARE_MAP);
     waiting_n = 0;
 }
 
@@ -317,9 +332,17 @@ void fp_childmap_child(void)
     int ai = 0;
     size_t k = 0;
     struct fp_arena *a;
-    for (struct fp_obj *o; (o = next_waiting(&ai, &k, &a)) != NULL; k++)
-        if (fp_cfg.child_remap_eager || fp_childmap_add(a, o) != 0)
-            must_unshare(a, o, 0);
+    int checked = -1, ours = 0;
+    for (struct fp_obj *o; (o = next_waiting(&ai, &k, &a)) != NULL; k++) {
+        if (ai != checked) {
+            checked = ai;
+            ours = file_is_ours(ai);
+        }
+        if (!ours) /* no way to remap it: a copy, now */
+            must_unshare(a, o, FP_UNSHARE_COPY);
+        else if (fp_cfg.child_remap_eager || fp_childmap_add(a, o) != 0)
+            must_unshare(a, o, FP_UNSHARE_MAP);
+    }
 }
 
 void fp_childmap_free(struct fp_arena *a, struct fp_obj *o)

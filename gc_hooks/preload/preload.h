@@ -222,9 +222,14 @@ void *fp_map_anon(void *at, size_t len, int prot);
  * must copy it while the parent waits), else 0. */
 int fp_snap_prepare(int lazy);
 /* Remap a write-protected object MAP_PRIVATE (or copy it into private
- * memory, from_file: reading the pool file, not the object's mapping) at
- * its place, keeping `since`: 0, or -1 if it is still shared. */
-int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o, int from_file);
+ * memory) at its place, keeping `since`: 0, or -1 if it is still shared.
+ * how: FP_UNSHARE_*. */
+int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o, int how);
+#define FP_UNSHARE_MAP 0  /* remap; where that fails copy through its mapping */
+#define FP_UNSHARE_READ 1 /* remap; where that fails read the pool file (the
+                           * caller serves the faults of its mapping) */
+#define FP_UNSHARE_COPY 2 /* copy through its mapping (the descriptor of the
+                           * pool file is not ours any more) */
 /* Parent after fork (or a failed fork): close its copy of the lock. */
 void fp_snap_parent(void);
 /* The fault thread (lazy.c, fp_lazy_lock() held): a write stopped at

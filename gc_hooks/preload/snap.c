@@ -341,9 +341,10 @@ void fp_snap_parent(void)
 }
 
 
-int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o, int from_file)
+int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o, int how)
 {
-    if (remap_private(a, o) && copy_in_place(a, o, from_file))
+    if (how == FP_UNSHARE_COPY ? copy_in_place(a, o, 0)
+                               : remap_private(a, o) && copy_in_place(a, o, how == FP_UNSHARE_READ))
         return -1;
     o->lazy = FP_LAZY_NONE;
     return 0;
@@ -381,7 +382,7 @@ void fp_snap_fault(char *p, char **start, size_t *len)
             *len = fp_obj_len(o);
             return;
         }
-        if (fp_snap_unshare(a, o, 0)) {
+        if (fp_snap_unshare(a, o, FP_UNSHARE_MAP)) {
             /* the write would reach the pool pages the children read */
             fp_say("fork: cannot remap a %zu-byte block before writing it", fp_obj_len(o));
             abort();

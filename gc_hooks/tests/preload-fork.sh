@@ -270,14 +270,16 @@ done
 # rest, and it writes one after closing every descriptor: each works, and
 # the parent's bytes stay as they were; the same with the remap in the
 # child's fork handler (FMEM_PRELOAD_CHILD_REMAP=eager, no count), and
-# with the child's remaps failing (copied from the pool file instead)
-for mode in default eager failremap; do
+# with the child's remaps failing (copied from the pool file instead);
+# closefirst: the child closes every descriptor and opens files in their
+# place before it forks, and the grandchild still sees the parent's bytes
+for mode in default eager failremap closefirst; do
     uri="$pool?size=256M"
     fresh
     if [ $mode = default ]; then
         FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" childuse 200 >"$tmp/out" 2>&1
-    elif [ $mode = failremap ]; then
-        FMEM_PRELOAD_THRESHOLD=16384 pre timeout 120 "$tests/preload_forkpool" childuse 200 failremap \
+    elif [ $mode = failremap ] || [ $mode = closefirst ]; then
+        FMEM_PRELOAD_THRESHOLD=16384 pre timeout 120 "$tests/preload_forkpool" childuse 200 $mode \
             >"$tmp/out" 2>&1
     else
         FMEM_PRELOAD_CHILD_REMAP=eager FMEM_PRELOAD_THRESHOLD=16384 \

@@ -86,7 +86,11 @@
  *                    since, still reads its bytes. With "failremap" the
  *                    child's remaps fail (ENOMEM from this program's
  *                    mmap): the blocks are copied instead, with the same
- *                    result
+ *                    result. With "closefirst" the child instead closes
+ *                    every descriptor, opens files that take their numbers
+ *                    and forks: the grandchild sees the parent's bytes in
+ *                    every block (no remap of another file), its writes
+ *                    stay its own
  *   early N [count]  N blocks of 200 KB left alone for a while (write-
  *                    protected before any fork); three of them are then
  *                    written (one through read(), one grown in place by
@@ -1072,7 +1076,38 @@ static int cu_child(unsigned char **b, int n, int kfd, long maps, int failing)
     return bad;
 }
 
-static void childuse(int n, int failing)
+/* The child closes every descriptor first and opens files that take
+ * their numbers (the pool file's among them), then forks: the
+ * grandchild's view of the blocks (none used yet) is the parent's bytes,
+ * its writes its own. The number of failed checks. */
+static int cu_closefirst(unsigned char **b, int n)
+{
+    syscall(SYS_close_range, 3, ~0u, 0);
+    /* no allocation here: a pool of the child's own would take the
+     * numbers (with the same pool file) */
+    for (int k = 0; k < 16; k++) { /* a remap of one would show zeros */
+        int fd = memfd_create("preload-forkpool-junk", 0);
+        if (fd < 0 || ftruncate(fd, (off_t)1 << 30) != 0)
+            return 1;
+    }
+    pid_t g = fork();
+    if (g == 0) {
+        int gbad = 0;
+        for (int i = 0; i < n; i++) {
+            gbad += !all(b[i], GAP_SIZE, gap_val(i, 0));
+            memset(b[i], 0x99, GAP_SIZE);
+        }
+        if (gbad)
+            fprintf(stderr, "childuse: grandchild after closing: %d blocks wrong\n", gbad);
+        _exit(gbad ? 1 : 0);
+    }
+    int bad = !wait_ok(g);
+    for (int i = 0; i < n; i++)
+        bad += !all(b[i], GAP_SIZE, gap_val(i, 0));
+    return bad;
+}
+
+static void childuse(int n, int failing, int closefirst)
 {
     unsigned char **b = calloc((size_t)n, sizeof *b);
     for (int i = 0; i < n; i++) {
@@ -1088,7 +1123,8 @@ static void childuse(int n, int failing)
     long before = my_private_maps;
     pid_t pid = fork();
     if (pid == 0) {
-        int bad = cu_child(b, n, kfd, my_private_maps - before, failing);
+        int bad = closefirst ? cu_closefirst(b, n)
+                             : cu_child(b, n, kfd, my_private_maps - before, failing);
         if (bad)
             fprintf(stderr, "childuse: %d failed checks in the child\n", bad);
         _exit(bad ? 1 : 0);
@@ -1106,11 +1142,15 @@ static void childuse(int n, int failing)
         free(b[i]);
     free(b);
     close(kfd);
-    printf("childuse: %d blocks of %zu KB; the child's remapping calls at fork, recvmsg, "
-           "preadv, fstat and syscall() into them, writes under its own SIGSEGV handler, 4 "
-           "threads racing and writes after closing every descriptor: %s (status %#x); %d "
-           "blocks of the parent changed\n",
-           n, GAP_SIZE / 1000, child_ok ? "all held" : "FAILED", st, wrong);
+    printf("childuse: %d blocks of %zu KB; %s: %s (status %#x); %d blocks of the parent "
+           "changed\n",
+           n, GAP_SIZE / 1000,
+           closefirst ? "a grandchild forked after the child closed every descriptor and "
+                        "opened files in their place"
+                      : "the child's remapping calls at fork, a grandchild, recvmsg, preadv, "
+                        "fstat and syscall() into them, writes under its own SIGSEGV handler, 4 "
+                        "threads racing and writes after closing every descriptor",
+           child_ok ? "all held" : "FAILED", st, wrong);
 }
 
 /* early: see the top of the file */
@@ -1216,14 +1256,15 @@ int main(int argc, char **argv)
     else if ((argc == 3 || argc == 4) && strcmp(argv[1], "early") == 0)
         early(atoi(argv[2]), argc == 4 && strcmp(argv[3], "count") == 0);
     else if ((argc == 3 || argc == 4) && strcmp(argv[1], "childuse") == 0)
-        childuse(atoi(argv[2]), argc == 4 && strcmp(argv[3], "failremap") == 0);
+        childuse(atoi(argv[2]), argc == 4 && strcmp(argv[3], "failremap") == 0,
+                 argc == 4 && strcmp(argv[3], "closefirst") == 0);
     else if (argc == 3 && strcmp(argv[1], "huge") == 0)
         huge((size_t)atol(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "firstfork") == 0)
         firstfork((size_t)atol(argv[2]));
     else {
         fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
-                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|childuse N [failremap]|early N [count]|huge SIZE\n");
+                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|childuse N [failremap|closefirst]|early N [count]|huge SIZE\n");
         return 2;
     }
     return failed != 0;
