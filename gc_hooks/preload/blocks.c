@@ -540,12 +540,15 @@ static _Noreturn void bad_pointer(const char *what, const void *p)
  * and let a later pool open take the slot. */
 static void retire(struct fp_arena *a)
 {
+    /* a fork child's remap thread walks the tables under this lock */
+    fp_lazy_lock();
     size_t cap = atomic_exchange(&a->cap, 0); /* no pointer is in it any more */
     munmap(a->pool_data, cap);
     munmap(a->table, a->table_bytes);
     munmap(a->objs, a->objs_bytes);
     munmap(a->reserved, a->reserved_len);
     atomic_store(&a->retired, 1);
+    fp_lazy_unlock();
 }
 
 static struct fp_obj *obj_of(struct fp_arena *a, const void *p, const char *what)
