@@ -540,12 +540,15 @@ static _Noreturn void bad_pointer(const char *what, const void *p)
  * and let a later pool open take the slot. */
 static void retire(struct fp_arena *a)
 {
+    /* a fork child's remap thread walks the tables under this lock */
+    fp_lazy_lock();
     size_t cap = atomic_exchange(&a->cap, 0); /* no pointer is in it any more */
     munmap(a->pool_data, cap);
     munmap(a->table, a->table_bytes);
     munmap(a->objs, a->objs_bytes);
     munmap(a->reserved, a->reserved_len);
     atomic_store(&a->retired, 1);
+    fp_lazy_unlock();
 }
 
 static struct fp_obj *obj_of(struct fp_arena *a, const void *p, const char *what)
@@ -587,7 +590,10 @@ void fp_block_free(void *p)
         bad_pointer("free", p);
     fp_stats_sub(fp_obj_len(o));
     if (e & FP_E_PRIVATE) {
-        fp_unmap_range(p, fp_obj_len(o)); /* keep the range reserved */
+        if (o->lazy == FP_LAZY_FORK)
+            fp_childmap_free(a, o); /* not while it is remapped */
+        else
+            fp_unmap_range(p, fp_obj_len(o)); /* keep the range reserved */
         atomic_store(slot, 0);
         if (atomic_fetch_sub(&a->live, 1) == 1)
             retire(a);
@@ -712,18 +718,17 @@ void fp_blocks_orphan_current(void)
         struct fp_obj *o = &a->objs[i];
         /* write-protected in the parent (lazy.c): still the shared mapping
          * here, which the parent no longer writes; made this process's
-         * copy-on-write view before anything here writes it: at its first
-         * write (childmap.c) or, eagerly, now */
+         * copy-on-write view before anything here uses it: at its first
+         * access (childmap.c) or, eagerly, now */
         if (!(e & FP_E_PRIVATE) && o->since && !(e & FP_E_COPY) && o->lazy == FP_LAZY_FORK &&
             !fp_cfg.child_remap_eager && fp_childmap_add(a, o) == 0) {
             atomic_store(&a->table[i], e | FP_E_PRIVATE);
             continue;
         }
-        fp_childmap_break();
         if (e & FP_E_PRIVATE)
             continue;
         if (o->since && !(e & FP_E_COPY) &&
-            (o->lazy != FP_LAZY_FORK || fp_snap_unshare(a, o) == 0)) {
+            (o->lazy != FP_LAZY_FORK || fp_snap_unshare(a, o, FP_UNSHARE_MAP) == 0)) {
             atomic_store(&a->table[i], e | FP_E_PRIVATE);
             continue;
         }
@@ -739,7 +744,6 @@ void fp_blocks_orphan_current(void)
         atomic_store(&a->table[i], e | FP_E_PRIVATE);
         atomic_fetch_add_explicit(&fp_stats.copied_at_fork, len, memory_order_relaxed);
     }
-    fp_childmap_arm();
     fp_unmap_range(a->pool_data, a->cap); /* the parent's pool: never used here */
     /* the parent's graveyard: mappings without pages here (fork copies no
      * page table of a shared mapping), never needed */

@@ -117,12 +117,11 @@ static int read_env(void)
     const char *e = getenv("FMEM_PRELOAD_EARLY_PROTECT");
     if (e && strcmp(e, "0") == 0)
         fp_cfg.early_protect = 0; /* only the fork write-protects (snap.c) */
-    /* The child's fork handler remaps every block by default; "lazy"
-     * leaves them read-only until the child's first write (childmap.c),
-     * which makes fork+exec cheap but lets kernel writes other than the
-     * read calls of kwrite.c fail with EFAULT in the child. */
+    /* A fork child remaps the blocks write-protected in its parent at
+     * its first access to each (childmap.c); "eager": all of them in its
+     * fork handler. */
     const char *c = getenv("FMEM_PRELOAD_CHILD_REMAP");
-    fp_cfg.child_remap_eager = !(c && strcmp(c, "lazy") == 0);
+    fp_cfg.child_remap_eager = c && strcmp(c, "eager") == 0;
     const char *u = getenv("FMEM_PRELOAD_URI");
     if (!u) { /* fmem_open would read it only at the first large request */
         const char *d = getenv("FMEM_URI");

@@ -70,6 +70,7 @@ static void child(void)
     fp_childmap_child();
     fp_early_child();
     fp_blocks_orphan_current();
+    fp_childmap_arm();
     if (done_pipe[0] >= 0) {
         close(done_pipe[0]);
         ssize_t w = write(done_pipe[1], "", 1);

@@ -75,20 +75,20 @@ static int early_due(void)
     return 1;
 }
 
-static int open_uffd(void)
+int fp_uffd_open(uint64_t features, int flags)
 {
-    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK); /* for poll */
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | flags);
     if (fd < 0) {
         int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
         if (dev < 0)
             return -1;
-        fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | flags);
         close(dev);
         if (fd < 0)
             return -1;
     }
-    struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_HUGETLBFS_SHMEM};
-    if (ioctl(fd, UFFDIO_API, &api) != 0 ||
+    struct uffdio_api api = {.api = UFFD_API, .features = features};
+    if (ioctl(fd, UFFDIO_API, &api) != 0 || (api.features & features) != features ||
         !(api.ioctls & ((uint64_t)1 << _UFFDIO_REGISTER))) {
         close(fd);
         return -1;
@@ -96,7 +96,7 @@ static int open_uffd(void)
     return fd;
 }
 
-static void wake(int fd, uint64_t start, uint64_t len)
+void fp_uffd_wake(int fd, uint64_t start, uint64_t len)
 {
     struct uffdio_range r = {.start = start, .len = len};
     ioctl(fd, UFFDIO_WAKE, &r);
@@ -148,21 +148,15 @@ static void *fault_thread(void *arg)
         fp_snap_fault((char *)(uintptr_t)page, &start, &len);
         pthread_mutex_unlock(&wp_mu);
         if (len)
-            wake(fd, (uint64_t)(uintptr_t)start, len);
+            fp_uffd_wake(fd, (uint64_t)(uintptr_t)start, len);
         else if (fp_lazy_unprotect((char *)(uintptr_t)page, 4096) != 0)
-            wake(fd, page, 4096); /* in no object: nothing to keep */
+            fp_uffd_wake(fd, page, 4096); /* in no object: nothing to keep */
         fp_early_after_fault();
     }
 }
 
-static int start(void)
+int fp_thread_start(void *(*fn)(void *), void *arg)
 {
-    if (!fp_cfg.lazy_fork)
-        return -1;
-    int fd = open_uffd();
-    if (fd < 0)
-        return -1;
-    kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -171,10 +165,21 @@ static int start(void)
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 64 << 10);
     pthread_t t;
-    int rc = pthread_create(&t, &at, fault_thread, (void *)(intptr_t)fd);
+    int rc = pthread_create(&t, &at, fn, arg);
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc) {
+    return rc;
+}
+
+static int start(void)
+{
+    if (!fp_cfg.lazy_fork)
+        return -1;
+    int fd = fp_uffd_open(UFFD_FEATURE_WP_HUGETLBFS_SHMEM, O_NONBLOCK); /* for poll */
+    if (fd < 0)
+        return -1;
+    kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fp_thread_start(fault_thread, (void *)(intptr_t)fd) != 0) {
         close(fd);
         if (kick_fd >= 0)
             close(kick_fd);

@@ -12,6 +12,8 @@
  *   lazy.c       named pool: blocks write-protected at fork or before it
  *                (userfaultfd), remapped by a thread of ours at the first
  *                write after the fork
+ *   childmap.c   named pool, fork child: the blocks write-protected in
+ *                the parent remapped at their first access
  *   snap.c       named pool: blocks remapped copy-on-write at fork, the
  *                fork-generation locks, blocks whose free waits for the
  *                fork children that read them
@@ -63,7 +65,7 @@ struct fp_config {
     int early_protect; /* lazy fork: write-protect long-lived blocks before
                         * the fork (snap.c); 0 with FMEM_PRELOAD_EARLY_PROTECT=0 */
     int child_remap_eager; /* fork child: remap the parent's write-protected
-                            * blocks at once, not at their first write
+                            * blocks at once, not at their first access
                             * (childmap.c); FMEM_PRELOAD_CHILD_REMAP=eager */
 };
 extern struct fp_config fp_cfg;
@@ -136,7 +138,7 @@ struct fp_obj {
 #define FP_LAZY_NONE 0  /* not write-protected */
 #define FP_LAZY_FORK 1  /* write-protected since a fork: remapped MAP_PRIVATE
                          * at the first write after it (in a fork child:
-                         * read-only until then, childmap.c) */
+                         * at the first access, childmap.c) */
 #define FP_LAZY_SEEN 2  /* looked at by an early pass; protected at the next */
 #define FP_LAZY_EARLY 3 /* write-protected before any fork reads it: a write
                          * only lifts the protection; the next fork keeps it */
@@ -220,8 +222,14 @@ void *fp_map_anon(void *at, size_t len, int prot);
  * must copy it while the parent waits), else 0. */
 int fp_snap_prepare(int lazy);
 /* Remap a write-protected object MAP_PRIVATE (or copy it into private
- * memory) at its place, keeping `since`: 0, or -1 if it is still shared. */
-int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o);
+ * memory) at its place, keeping `since`: 0, or -1 if it is still shared.
+ * how: FP_UNSHARE_*. */
+int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o, int how);
+#define FP_UNSHARE_MAP 0  /* remap; where that fails copy through its mapping */
+#define FP_UNSHARE_READ 1 /* remap; where that fails read the pool file (the
+                           * caller serves the faults of its mapping) */
+#define FP_UNSHARE_COPY 2 /* copy through its mapping (the descriptor of the
+                           * pool file is not ours any more) */
 /* Parent after fork (or a failed fork): close its copy of the lock. */
 void fp_snap_parent(void);
 /* The fault thread (lazy.c, fp_lazy_lock() held): a write stopped at
@@ -290,19 +298,29 @@ void fp_lazy_unlock(void);
 /* Child of fork: no fault thread here, no registration; unlock. */
 void fp_lazy_child(void);
 
-/* ---- childmap.c ------------------------------------------------------------ */
-/* Fork child, in record order: o (write-protected in the parent) becomes
- * read-only until its first write here; fp_childmap_break() ends a run of
- * such objects (an object between them is not one), fp_childmap_arm()
- * makes the last run read-only and installs the fault handler. */
-int fp_childmap_add(struct fp_arena *a, struct fp_obj *o); /* -1: no room */
-void fp_childmap_break(void);
+/* userfaultfd (lazy.c): a new one with these features (and O_CLOEXEC |
+ * flags) from the system call or /dev/userfaultfd, or -1; wake the
+ * threads waiting on [start, start + len). */
+int fp_uffd_open(uint64_t features, int flags);
+void fp_uffd_wake(int fd, uint64_t start, uint64_t len);
+/* A detached thread of ours (no signal delivered to it, a 64 KiB stack):
+ * pthread_create's result. */
+int fp_thread_start(void *(*fn)(void *), void *arg);
+
+/* ---- childmap.c ---------------------------------------------------------- */
+/* Fork child: o (write-protected in the parent, still its shared mapping
+ * here) waits for its first access, which a thread of ours turns into a
+ * remap; 0, or -1 if it cannot (the caller remaps it now). */
+int fp_childmap_add(struct fp_arena *a, struct fp_obj *o);
+/* After the fork handler added the objects: start the thread, if any
+ * waits. */
 void fp_childmap_arm(void);
-/* Fork child: the lock of a thread the child does not have. */
+/* Fork child, first: the objects an earlier generation's child left
+ * waiting wait here too (their registration is not inherited). */
 void fp_childmap_child(void);
-/* 1 if [p, p + len) met objects waiting for their remap and they are this
- * process's own now (a kernel write to them failed with EFAULT: retry). */
-int fp_childmap_unshare(const void *p, size_t len);
+/* The program frees o (private here): unmap it, not while it is being
+ * remapped. */
+void fp_childmap_free(struct fp_arena *a, struct fp_obj *o);
 
 /* ---- cache.c ------------------------------------------------------------ */
 

@@ -114,16 +114,41 @@ void fp_snap_unmap(struct fp_arena *a, struct fp_obj *o)
     }
 }
 
+/* o's bytes read from the pool file into `copy`: 0 or -1. */
+static int read_pieces(struct fp_arena *a, struct fp_obj *o, char *copy)
+{
+    size_t off = 0;
+    for (unsigned i = 0; i < o->n; i++) {
+        size_t len = (size_t)1 << (FP_CHUNK_SHIFT + o->b[i].log2);
+        for (size_t done = 0; done < len;) {
+            ssize_t r = pread(a->data_fd, copy + off + done, len - done,
+                              (off_t)((int64_t)o->b[i].addr + a->file_delta) + (off_t)done);
+            if (r <= 0)
+                return -1;
+            done += (size_t)r;
+        }
+        off += len;
+    }
+    return 0;
+}
+
 /* o's bytes into private anonymous memory at its place, its `since`
- * kept (children may read its pool pages): 0 or -1. */
-static int copy_in_place(struct fp_arena *a, struct fp_obj *o)
+ * kept (children may read its pool pages): 0 or -1. from_file: read from
+ * the pool file, not through o's mapping (whose faults the caller
+ * serves). */
+static int copy_in_place(struct fp_arena *a, struct fp_obj *o, int from_file)
 {
     char *p = fp_obj_ptr(a, o);
     size_t len = fp_obj_len(o);
     void *copy = fp_map_anon(NULL, len, PROT_READ | PROT_WRITE);
     if (copy == MAP_FAILED)
         return -1;
-    memcpy(copy, p, len);
+    if (!from_file)
+        memcpy(copy, p, len);
+    else if (read_pieces(a, o, copy) != 0) {
+        munmap(copy, len);
+        return -1;
+    }
     if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) {
         munmap(copy, len);
         return -1;
@@ -137,7 +162,7 @@ static int copy_in_place(struct fp_arena *a, struct fp_obj *o)
  * child the kernel's copy-on-write snapshot of it. 0 or -1. */
 static int copy_private(struct fp_arena *a, struct fp_obj *o)
 {
-    if (copy_in_place(a, o) != 0)
+    if (copy_in_place(a, o, 0) != 0)
         return -1;
     o->since = FP_SINCE_ANON;
     o->lazy = FP_LAZY_NONE; /* a new mapping: no protection */
@@ -316,9 +341,10 @@ void fp_snap_parent(void)
 }
 
 
-int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o)
+int fp_snap_unshare(struct fp_arena *a, struct fp_obj *o, int how)
 {
-    if (remap_private(a, o) && copy_in_place(a, o))
+    if (how == FP_UNSHARE_COPY ? copy_in_place(a, o, 0)
+                               : remap_private(a, o) && copy_in_place(a, o, how == FP_UNSHARE_READ))
         return -1;
     o->lazy = FP_LAZY_NONE;
     return 0;
@@ -356,7 +382,7 @@ void fp_snap_fault(char *p, char **start, size_t *len)
             *len = fp_obj_len(o);
             return;
         }
-        if (fp_snap_unshare(a, o)) {
+        if (fp_snap_unshare(a, o, FP_UNSHARE_MAP)) {
             /* the write would reach the pool pages the children read */
             fp_say("fork: cannot remap a %zu-byte block before writing it", fp_obj_len(o));
             abort();

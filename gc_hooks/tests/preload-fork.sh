@@ -7,7 +7,9 @@
 # verify` - and is given back once the child is gone; fork+exec pins
 # nothing; more than 64 generations deep and 100 forks of one parent work;
 # forks while threads write into the block being remapped; many small
-# blocks with gaps between them remapped one call each; the first fork
+# blocks with gaps between them remapped one call each; a fork child uses
+# its parent's write-protected blocks (kernel writes, its own SIGSEGV
+# handler, threads) without remapping them in its fork handler; the first fork
 # costs the parent less than half a plain fork's CPU; blocks left alone
 # for a while are write-protected before the fork. With PRELOAD_FORK_DIR
 # on a tmpfs mounted huge=within_size (or always) it all runs on 2 MiB
@@ -216,13 +218,14 @@ unset FMEM_PRELOAD_THRESHOLD
 # rewrites every block after each fork (through read() too, frees one,
 # moves one with realloc); the forking thread remaps nothing during the
 # fork (the blocks are write-protected, remapped at their first write);
-# the child's fork handler remaps them (the default) or, with
-# FMEM_PRELOAD_CHILD_REMAP=lazy, makes at most 2 remapping calls (its
-# blocks stay read-only until its first write to each); then the same with write protection turned off (FMEM_PRELOAD_LAZY_FORK=0:
+# the child's fork handler makes at most 2 remapping calls (its blocks are
+# remapped at its first access to each) or, with
+# FMEM_PRELOAD_CHILD_REMAP=eager, remaps them all; then the same with
+# write protection turned off (FMEM_PRELOAD_LAZY_FORK=0:
 # every block remapped at fork) and, where this runs as root and
 # unprivileged users may not use userfaultfd, as user nobody (refused by
 # the kernel). Nothing is left in the pool after any of them.
-modes="lazy lazychild eager"
+modes="lazy eagerchild eager"
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
     [ "$(cat /proc/sys/vm/unprivileged_userfaultfd 2>/dev/null)" = 0 ]; then
     modes="$modes refused"
@@ -232,8 +235,8 @@ for mode in $modes; do
     fresh
     if [ $mode = lazy ]; then
         FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" lazy 200 24 count >"$tmp/out" 2>&1
-    elif [ $mode = lazychild ]; then
-        FMEM_PRELOAD_CHILD_REMAP=lazy FMEM_PRELOAD_THRESHOLD=16384 \
+    elif [ $mode = eagerchild ]; then
+        FMEM_PRELOAD_CHILD_REMAP=eager FMEM_PRELOAD_THRESHOLD=16384 \
             pre "$tests/preload_forkpool" lazy 200 24 count >"$tmp/out" 2>&1
     elif [ $mode = eager ]; then
         FMEM_PRELOAD_LAZY_FORK=0 FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" lazy 200 24 >"$tmp/out" 2>&1
@@ -255,6 +258,42 @@ for mode in $modes; do
         ok "$mode: $(tail -n 1 "$tmp/out"), protected_at_fork=$prot remapped_on_write=$onwrite, nothing left allocated"
     else
         bad "$mode fork: rc=$rc allocated after exit=$left protected=$prot on_write=$onwrite"; tail -n 5 "$tmp/out"
+    fi
+done
+
+# a fork child of a parent with 200 blocks of 200 KB (write-protected at
+# the fork): its fork handler makes at most 2 remapping calls, and before
+# any other use of the blocks a grandchild (at most 2 calls as well)
+# writes ten of them without the child seeing it, the kernel writes into them (recvmsg,
+# preadv, fstat, syscall()), a SIGSEGV handler of the child's own is in
+# place while it writes some, four threads race to check and write the
+# rest, and it writes one after closing every descriptor: each works, and
+# the parent's bytes stay as they were; the same with the remap in the
+# child's fork handler (FMEM_PRELOAD_CHILD_REMAP=eager, no count), and
+# with the child's remaps failing (copied from the pool file instead);
+# closefirst: the child closes every descriptor and opens files in their
+# place before it forks, and the grandchild still sees the parent's bytes
+for mode in default eager failremap closefirst; do
+    uri="$pool?size=256M"
+    fresh
+    if [ $mode = default ]; then
+        FMEM_PRELOAD_THRESHOLD=16384 pre "$tests/preload_forkpool" childuse 200 >"$tmp/out" 2>&1
+    elif [ $mode = failremap ] || [ $mode = closefirst ]; then
+        FMEM_PRELOAD_THRESHOLD=16384 pre timeout 120 "$tests/preload_forkpool" childuse 200 $mode \
+            >"$tmp/out" 2>&1
+    else
+        FMEM_PRELOAD_CHILD_REMAP=eager FMEM_PRELOAD_THRESHOLD=16384 \
+            pre "$tests/preload_forkpool" childuse 200 >"$tmp/out" 2>&1
+    fi
+    rc=$?
+    left=$(allocated)
+    prot=$(sum protected_at_fork "$tmp/stats")
+    early=$(sum protected_early "$tmp/stats")
+    if [ $rc -eq 0 ] && [ "${left:-1}" -eq 0 ] && [ $((prot + early)) -gt 0 ]; then
+        ok "$mode child: $(tail -n 1 "$tmp/out"), nothing left allocated"
+    else
+        bad "child's uses, $mode: rc=$rc allocated after exit=$left protected=$prot+$early"
+        tail -n 8 "$tmp/out"
     fi
 done
 

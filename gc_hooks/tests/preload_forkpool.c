@@ -67,9 +67,30 @@
  *                    fork, a grandchild) sees them as of the fork; with
  *                    "count" the forking thread makes at most 2 remapping
  *                    calls per fork (the work at fork does not grow with
- *                    the number of blocks), and with
- *                    FMEM_PRELOAD_CHILD_REMAP=lazy so does the child's
- *                    fork handler
+ *                    the number of blocks), and so does the child's fork
+ *                    handler (unless FMEM_PRELOAD_CHILD_REMAP=eager)
+ *   childuse N       N blocks of 200 KB (write-protected at the fork), a
+ *                    fork; the child's fork handler makes at most 2
+ *                    remapping calls (unless FMEM_PRELOAD_CHILD_REMAP=
+ *                    eager); before any other use of the blocks the child
+ *                    forks a grandchild (whose fork handler makes at most
+ *                    2 too, and which pread()s into one block and checks
+ *                    and writes ten), then has the kernel write into them
+ *                    (recvmsg, preadv across two, fstat,
+ *                    syscall(SYS_pread64)), installs a SIGSEGV handler of
+ *                    its own and writes five, lets four threads check
+ *                    (against the parent's bytes at the fork) and write a
+ *                    quarter each of the rest at once, sees none of the
+ *                    grandchild's writes, closes every descriptor and
+ *                    writes the last; the parent, which wrote nothing
+ *                    since, still reads its bytes. With "failremap" the
+ *                    child's remaps fail (ENOMEM from this program's
+ *                    mmap): the blocks are copied instead, with the same
+ *                    result. With "closefirst" the child instead closes
+ *                    every descriptor, opens files that take their numbers
+ *                    and forks: the grandchild sees the parent's bytes in
+ *                    every block (no remap of another file), its writes
+ *                    stay its own
  *   early N [count]  N blocks of 200 KB left alone for a while (write-
  *                    protected before any fork); three of them are then
  *                    written (one through read(), one grown in place by
@@ -86,6 +107,7 @@
 #include <linux/userfaultfd.h>
 #include <pthread.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -95,6 +117,8 @@
 #include <sys/mman.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -140,12 +164,17 @@ static int in_pool(const void *p)
  * at fork - are counted. */
 static _Atomic long private_maps;
 static _Thread_local long my_private_maps; /* those made by this thread */
+static _Atomic int fail_remaps; /* make them fail with ENOMEM */
 __attribute__((visibility("default"))) void *mmap(void *addr, size_t len, int prot, int flags,
                                                int fd, off_t off)
 {
     if (fd >= 0 && (flags & MAP_PRIVATE) && (flags & MAP_FIXED)) {
         atomic_fetch_add(&private_maps, 1);
         my_private_maps++;
+        if (atomic_load(&fail_remaps)) {
+            errno = ENOMEM;
+            return MAP_FAILED;
+        }
     }
     return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
@@ -828,12 +857,12 @@ static void lazy(int n, int forks, int count)
         long before = my_private_maps;
         pid_t pid = fork();
         if (pid == 0) {
-            /* with FMEM_PRELOAD_CHILD_REMAP=lazy the child's fork handler
-             * remaps nothing either: its blocks are read-only until its
-             * first write to each (by default it remaps them all) */
+            /* the child's fork handler remaps nothing either: its blocks
+             * are remapped at its first access to each (with
+             * FMEM_PRELOAD_CHILD_REMAP=eager it remaps them all) */
             long child_maps = my_private_maps - before;
             const char *cr = getenv("FMEM_PRELOAD_CHILD_REMAP");
-            int child_lazy = cr && strcmp(cr, "lazy") == 0;
+            int child_lazy = !(cr && strcmp(cr, "eager") == 0);
             get(p2c[0]); /* the parent has rewritten, freed and moved blocks */
             int bad = 0;
             if (count && child_lazy && child_maps > 2) {
@@ -912,6 +941,216 @@ static void lazy(int n, int forks, int count)
            "during a fork; every snapshot held while the parent rewrote, freed, moved and "
            "read() into its blocks; %lu bad churned blocks\n",
            n, GAP_SIZE / 1000, forks, nested, most, (unsigned long)(uintptr_t)res);
+}
+
+/* childuse: see the top of the file */
+struct cu_writer {
+    unsigned char **b;
+    int from, n, k;
+    _Atomic int *go;
+    int bad;
+};
+
+/* Thread k of 4 checks its quarter of every block against the parent's
+ * bytes at the fork, then writes it, all four starting at once (so they
+ * race for the same blocks' remaps). */
+static void *cu_write(void *arg)
+{
+    struct cu_writer *w = arg;
+    size_t q = GAP_SIZE / 4;
+    atomic_fetch_add(w->go, 1);
+    while (atomic_load(w->go) < 4)
+        ;
+    for (int j = 0; j < w->n; j++) {
+        int i = w->from + (j + w->k * 7) % w->n;
+        unsigned char *p = w->b[i] + (size_t)w->k * q;
+        w->bad += !all(p, q, gap_val(i, 0));
+        memset(p, 0xC0 + w->k, q);
+    }
+    return NULL;
+}
+
+static void cu_segv(int sig)
+{
+    (void)sig;
+    _exit(7); /* the program's handler: no fault may reach it */
+}
+
+/* The child's uses of its parent's blocks, before any other use of
+ * them: kernel writes, writes under a SIGSEGV handler of its own, four
+ * threads racing, writes after closing every descriptor. The number of
+ * failed checks. */
+static int cu_child(unsigned char **b, int n, int kfd, long maps, int failing)
+{
+    int bad = 0;
+    atomic_store(&fail_remaps, failing); /* the remaps at first use fail */
+    const char *cr = getenv("FMEM_PRELOAD_CHILD_REMAP");
+    if (!(cr && strcmp(cr, "eager") == 0) && maps > 2) {
+        fprintf(stderr, "childuse: %ld remapping calls in the child's fork handler\n", maps);
+        bad++;
+    }
+    /* a grandchild before the child used any block: the blocks wait for
+     * their first use there too, its writes stay its own */
+    long gbefore = my_private_maps;
+    pid_t g = fork();
+    if (g == 0) {
+        long gmaps = my_private_maps - gbefore;
+        int gbad = !(cr && strcmp(cr, "eager") == 0) && gmaps > 2;
+        gbad += pread(kfd, b[5], GAP_SIZE, 0) != (ssize_t)GAP_SIZE || !all(b[5], GAP_SIZE, 0x3C);
+        for (int i = 0; i < 10; i++) {
+            gbad += i != 5 && !all(b[i], GAP_SIZE, gap_val(i, 0));
+            memset(b[i], 0x99, GAP_SIZE);
+        }
+        if (gbad)
+            fprintf(stderr, "childuse: grandchild: %ld remapping calls, %d failed checks\n", gmaps, gbad);
+        _exit(gbad ? 1 : 0);
+    }
+    bad += !wait_ok(g);
+    /* (b) the kernel writes first: recvmsg, preadv, fstat, syscall(SYS_read) */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return bad + 1;
+    unsigned char msg[4096];
+    memset(msg, 0x5A, sizeof msg);
+    if (write(sv[0], msg, sizeof msg) != (ssize_t)sizeof msg)
+        bad++;
+    struct iovec iv = {.iov_base = b[10] + 8192, .iov_len = sizeof msg};
+    struct msghdr mh = {.msg_iov = &iv, .msg_iovlen = 1};
+    ssize_t r = recvmsg(sv[1], &mh, 0);
+    if (r != (ssize_t)sizeof msg || !all(b[10] + 8192, sizeof msg, 0x5A) ||
+        !all(b[10], 8192, gap_val(10, 0))) {
+        fprintf(stderr, "childuse: recvmsg into a block: %zd (%s)\n", r, r < 0 ? strerror(errno) : "");
+        bad++;
+    }
+    struct iovec two[2] = {{b[11], GAP_SIZE}, {b[12], GAP_SIZE}};
+    r = preadv(kfd, two, 2, 0);
+    if (r != (ssize_t)(2 * GAP_SIZE) || !all(b[11], GAP_SIZE, 0x3C) || !all(b[12], GAP_SIZE, 0x3C)) {
+        fprintf(stderr, "childuse: preadv into two blocks: %zd (%s)\n", r, r < 0 ? strerror(errno) : "");
+        bad++;
+    }
+    struct stat *st = (struct stat *)(void *)(b[13] + 4096);
+    if (fstat(kfd, st) != 0 || st->st_size != (off_t)(2 * GAP_SIZE)) {
+        fprintf(stderr, "childuse: fstat into a block: %s\n", strerror(errno));
+        bad++;
+    }
+    r = syscall(SYS_pread64, kfd, b[14], GAP_SIZE, 0);
+    if (r != (ssize_t)GAP_SIZE || !all(b[14], GAP_SIZE, 0x3C)) {
+        fprintf(stderr, "childuse: syscall(SYS_pread64) into a block: %zd (%s)\n", r,
+                r < 0 ? strerror(errno) : "");
+        bad++;
+    }
+    close(sv[0]);
+    close(sv[1]);
+    /* (c) a SIGSEGV handler of the program's own: writes go on */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cu_segv;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+    for (int i = 15; i < 20; i++) {
+        bad += !all(b[i], GAP_SIZE, gap_val(i, 0));
+        memset(b[i], 0xE1, GAP_SIZE);
+        bad += !all(b[i], GAP_SIZE, 0xE1);
+    }
+    /* (d) four threads race for the remaps of the same blocks */
+    _Atomic int go = 0;
+    struct cu_writer w[4];
+    pthread_t t[4];
+    for (int k = 0; k < 4; k++) {
+        w[k] = (struct cu_writer){b, 20, n - 21, k, &go, 0};
+        pthread_create(&t[k], NULL, cu_write, &w[k]);
+    }
+    for (int k = 0; k < 4; k++) {
+        pthread_join(t[k], NULL);
+        bad += w[k].bad;
+    }
+    for (int i = 20; i < n - 1; i++)
+        for (int k = 0; k < 4; k++)
+            bad += !all(b[i] + (size_t)k * (GAP_SIZE / 4), GAP_SIZE / 4, (unsigned char)(0xC0 + k));
+    for (int i = 0; i < 10; i++) /* the grandchild's writes */
+        bad += !all(b[i], GAP_SIZE, gap_val(i, 0));
+    /* a daemon closes every descriptor, then writes */
+    syscall(SYS_close_range, 3, ~0u, 0);
+    memset(b[n - 1], 0xD1, GAP_SIZE);
+    bad += !all(b[n - 1], GAP_SIZE, 0xD1);
+    return bad;
+}
+
+/* The child closes every descriptor first and opens files that take
+ * their numbers (the pool file's among them), then forks: the
+ * grandchild's view of the blocks (none used yet) is the parent's bytes,
+ * its writes its own. The number of failed checks. */
+static int cu_closefirst(unsigned char **b, int n)
+{
+    syscall(SYS_close_range, 3, ~0u, 0);
+    /* no allocation here: a pool of the child's own would take the
+     * numbers (with the same pool file) */
+    for (int k = 0; k < 16; k++) { /* a remap of one would show zeros */
+        int fd = memfd_create("preload-forkpool-junk", 0);
+        if (fd < 0 || ftruncate(fd, (off_t)1 << 30) != 0)
+            return 1;
+    }
+    pid_t g = fork();
+    if (g == 0) {
+        int gbad = 0;
+        for (int i = 0; i < n; i++) {
+            gbad += !all(b[i], GAP_SIZE, gap_val(i, 0));
+            memset(b[i], 0x99, GAP_SIZE);
+        }
+        if (gbad)
+            fprintf(stderr, "childuse: grandchild after closing: %d blocks wrong\n", gbad);
+        _exit(gbad ? 1 : 0);
+    }
+    int bad = !wait_ok(g);
+    for (int i = 0; i < n; i++)
+        bad += !all(b[i], GAP_SIZE, gap_val(i, 0));
+    return bad;
+}
+
+static void childuse(int n, int failing, int closefirst)
+{
+    unsigned char **b = calloc((size_t)n, sizeof *b);
+    for (int i = 0; i < n; i++) {
+        b[i] = malloc(GAP_SIZE);
+        memset(b[i], gap_val(i, 0), GAP_SIZE);
+    }
+    CHECK(n > 30 && in_pool(b[0]) && in_pool(b[n - 1]));
+    int kfd = memfd_create("preload-forkpool-childuse", MFD_CLOEXEC);
+    unsigned char *buf = malloc(2 * GAP_SIZE);
+    memset(buf, 0x3C, 2 * GAP_SIZE);
+    CHECK(kfd >= 0 && write(kfd, buf, 2 * GAP_SIZE) == (ssize_t)(2 * GAP_SIZE));
+    free(buf);
+    long before = my_private_maps;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = closefirst ? cu_closefirst(b, n)
+                             : cu_child(b, n, kfd, my_private_maps - before, failing);
+        if (bad)
+            fprintf(stderr, "childuse: %d failed checks in the child\n", bad);
+        _exit(bad ? 1 : 0);
+    }
+    int st = -1;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    int child_ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    CHECK(child_ok);
+    /* the parent read nothing but the pool pages the child must not write */
+    int wrong = 0;
+    for (int i = 0; i < n; i++)
+        wrong += !all(b[i], GAP_SIZE, gap_val(i, 0));
+    CHECK(wrong == 0);
+    for (int i = 0; i < n; i++)
+        free(b[i]);
+    free(b);
+    close(kfd);
+    printf("childuse: %d blocks of %zu KB; %s: %s (status %#x); %d blocks of the parent "
+           "changed\n",
+           n, GAP_SIZE / 1000,
+           closefirst ? "a grandchild forked after the child closed every descriptor and "
+                        "opened files in their place"
+                      : "the child's remapping calls at fork, a grandchild, recvmsg, preadv, "
+                        "fstat and syscall() into them, writes under its own SIGSEGV handler, 4 "
+                        "threads racing and writes after closing every descriptor",
+           child_ok ? "all held" : "FAILED", st, wrong);
 }
 
 /* early: see the top of the file */
@@ -1016,13 +1255,16 @@ int main(int argc, char **argv)
         lazy(atoi(argv[2]), atoi(argv[3]), argc == 5 && strcmp(argv[4], "count") == 0);
     else if ((argc == 3 || argc == 4) && strcmp(argv[1], "early") == 0)
         early(atoi(argv[2]), argc == 4 && strcmp(argv[3], "count") == 0);
+    else if ((argc == 3 || argc == 4) && strcmp(argv[1], "childuse") == 0)
+        childuse(atoi(argv[2]), argc == 4 && strcmp(argv[3], "failremap") == 0,
+                 argc == 4 && strcmp(argv[3], "closefirst") == 0);
     else if (argc == 3 && strcmp(argv[1], "huge") == 0)
         huge((size_t)atol(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "firstfork") == 0)
         firstfork((size_t)atol(argv[2]));
     else {
         fprintf(stderr, "usage: preload_forkpool snap|reuse SIZE|hold SIZE FILE|fill SIZE N|"
-                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|early N [count]|huge SIZE\n");
+                        "exec SIZE|chain N|many N|nofd|threads N|writers N [SIZE]|firstfork SIZE|gaps N SIZE [count]|lazy N FORKS [count]|childuse N [failremap|closefirst]|early N [count]|huge SIZE\n");
         return 2;
     }
     return failed != 0;
