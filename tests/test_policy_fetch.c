@@ -146,6 +146,25 @@ Test(policy_fetch, random_faults_shrink_it)
     cr_assert_eq(fetch_now(), 1, "fetch %u after random reads", fetch_now());
 }
 
+/* A random gather that inherited a fetch size of 4 units (from record
+ * reads, a scan): a probe every 4th fault, decided per 8 probes, halves
+ * it per 32 faults and it is back at one unit within 100 faults (with a
+ * probe every 8th fault decided per 16 it took 256). */
+Test(policy_fetch, a_random_gather_sheds_an_inherited_fetch_size_soon)
+{
+    fmem_region_tuning t = {.set = FMEM_REGION_TUNE_FETCH, .fetch = 4};
+    cr_assert_eq(fmem_region_tune(reg, &t), 0);
+    t = (fmem_region_tuning){0}; /* back to the policy, from 4 */
+    cr_assert_eq(fmem_region_tune(reg, &t), 0);
+    cr_assert_eq(fetch_now(), 4);
+    uint64_t f0 = faults;
+    while (fetch_now() > 1 && faults - f0 < 1000)
+        touch(rand_u(NUNITS));
+    cr_assert_eq(fetch_now(), 1);
+    cr_assert_leq(faults - f0, 100, "%llu random faults to shed fetch 4",
+                  (unsigned long long)(faults - f0));
+}
+
 /* Records of 2 units read from a fetch size of 16: half or more of every
  * fetch is wasted; it comes down to 2 and stays there (not 1: the other
  * unit of the pair is used). */

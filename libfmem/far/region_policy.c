@@ -89,6 +89,7 @@ struct stream {
     unsigned window; /* units its last window read ahead */
     int resume;      /* it lost read-ahead: its next window is its depth */
     uint64_t used; /* fault number when it last continued (or began) */
+    uint32_t behind; /* first unit it went past not yet dropped behind */
 };
 /* continuations before a stream reads ahead: a random fault lands on a
  * candidate's next unit now and then, two in a row hardly ever */
@@ -99,8 +100,12 @@ struct stream {
 /* fetch size (see the head comment) */
 #define GROUPS 512        /* recent fetched groups remembered (hashed) */
 #define FETCH_WINDOW 64   /* measured faults per decision to grow */
-#define PROBE_WINDOW 16   /* probes per decision to shrink */
-#define PROBE_EVERY 8     /* measured faults per probe, at a fetch size > 1 */
+/* a probe every 4th fault, a decision per 8 probes: a random gather
+ * that inherited a larger fetch size (from a scan, a run of records) is
+ * back at one unit after 64 faults from 4 units, 96 from 16 (with a probe
+ * every 8th fault decided per 16 it took 4 times as many) */
+#define PROBE_WINDOW 8    /* probes per decision to shrink */
+#define PROBE_EVERY 4     /* measured faults per probe, at a fetch size > 1 */
 /* % pairs that double the fetch size, and % probes followed on their
  * other half below which it halves: while the group fits the paths new
  * chunks go to (consecutive units are on different paths) its transfers
@@ -466,6 +471,37 @@ static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
  * been idle STREAM_KEEP faults, so random faults between a stream's
  * faults do not push it out (a candidate still needs its next fault
  * within 8 other faults). */
+/* Drop-behind: a confirmed stream that reads ahead at unit u went past
+ * the units before it; all but the one right before u (a program may
+ * still be reading across the boundary) go to the writer before the
+ * CLOCK hand's victims (region_cache.c), at most a cache's worth. Not
+ * with the read-ahead depth fixed: its streams are the handler's. */
+static void stream_drop_behind(struct fmem_region *r, struct stream *s, uint32_t u)
+{
+    if (s->run < STREAM_CONFIRM || fixed(r, FMEM_REGION_TUNE_PREFETCH) || u < 1)
+        return;
+    uint32_t from = s->behind, to = u - 1;
+    if (to > r->cap && from < to - r->cap)
+        from = to - r->cap;
+    if (from < to)
+        cache_drop_behind(r, from, to);
+    if (s->behind < to)
+        s->behind = to;
+}
+
+/* The most a stream reads ahead: the full depth, and twice it (half the
+ * cache) while it is `alone`, no other fault came since its previous one
+ * (a scan on its own): the units it went past are dropped behind it, so
+ * its window takes their slots, and each window keeps every path busy
+ * for longer between the faults that open them. With other faults in
+ * between (a join's lookups) the deeper window would take the slots
+ * their units need, and be evicted unused. */
+static unsigned stream_deep_max(const struct fmem_region *r, const struct region_policy *p,
+                                int alone)
+{
+    return fixed(r, FMEM_REGION_TUNE_PREFETCH) || !alone ? p->depth_max : 2 * p->depth_max;
+}
+
 static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t u)
 {
     uint64_t now = ++p->nfaults;
@@ -478,23 +514,30 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
          * run, a window) and the program went past them: a scan */
         int passed = s->next - s->last > 1;
         p->cur = i;
+        int alone = now - s->used == 1;
         s->used = now;
         cache_ahead_reached(r, s->last + 1, u); /* the program went past them */
         s->last = u;
-        if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end)
+        if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end) {
+            stream_drop_behind(r, s, u);
             return 1; /* it caught up with its window, still being mapped */
+        }
         if (u == s->next) {
             s->run += s->run < 31;
             if (passed && s->run < STREAM_CONFIRM)
                 s->run = STREAM_CONFIRM;
-            if (s->window >= s->depth && s->depth < p->depth_max)
-                s->depth = s->depth * 2 < p->depth_max ? s->depth * 2 : p->depth_max;
+            unsigned deep = stream_deep_max(r, p, alone);
+            if (s->window >= s->depth && s->depth < deep)
+                s->depth = s->depth * 2 < deep ? s->depth * 2 : deep;
+            else if (s->depth > deep)
+                s->depth = deep;
             unsigned w = s->run < STREAM_CONFIRM             ? 0
                          : s->run >= 16 || s->resume ? s->depth
                                                      : 2u << s->run;
             s->resume = 0;
             s->window = p->window = w < s->depth ? w : s->depth;
             s->next = u + 1;
+            stream_drop_behind(r, s, u);
             return 1;
         }
         s->depth = s->depth > 1 ? s->depth / 2 : 1;
@@ -519,7 +562,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         }
     }
     p->streams[victim] = (struct stream){.last = u, .next = u + 1, .run = 0, .used = now,
-                                         .depth = p->depth_max};
+                                         .depth = p->depth_max, .behind = u};
     p->cur = victim;
     return 0;
 }
@@ -641,6 +684,19 @@ static void fetch_set(struct fmem_region *r, struct region_policy *p, unsigned f
     p->f_meas = p->f_pairs = p->f_probes = p->f_probe_used = 0;
 }
 
+/* 1: a unit of the other half of the group twice 2^k units around u (the
+ * half a probe on u left out) is cached or on its way. */
+static int other_half_cached(struct fmem_region *r, uint32_t u, unsigned k)
+{
+    uint32_t first = ((u >> k) ^ 1u) << k, n = 1u << k;
+    int cached = 0;
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t v = first; v < first + n && v < r->nunits && !cached; v++)
+        cached = r->units[v].state != UNIT_ABSENT || r->ring[r->units[v].slot] == v;
+    pthread_mutex_unlock(&r->lock);
+    return cached;
+}
+
 /* The fault on unit u (handler; `stream`: it continued a stream) was
  * served with p->fetch_now units (0: a write or fresh fault). */
 static void fetch_note(struct fmem_region *r, struct region_policy *p, uint32_t u, int stream)
@@ -667,6 +723,8 @@ static void fetch_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         }
     }
     group_put(p->seen, k, u >> k, now);
+    if (probe && other_half_cached(r, u, kgot))
+        probe = 0; /* no fault can follow it there: it tells nothing */
     if (probe) {
         p->f_probes++;
         group_put(p->probes, kgot, u >> kgot, now);
@@ -720,6 +778,8 @@ void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
     /* the read-ahead depth is the handler's own: apply the one in force */
     unsigned depth = atomic_load_explicit(&r->tune.prefetch, memory_order_relaxed);
     r->prefetch = depth > r->cap / 4 ? r->cap / 4 : depth;
+    if (!fixed(r, FMEM_REGION_TUNE_PREFETCH)) /* a stream's own depth limits it */
+        r->prefetch = stream_deep_max(r, p, 1);
 }
 
 void policy_figures(struct fmem_region *r, struct policy_figures *out)
