@@ -99,10 +99,10 @@ int cache_behind_due(const struct fmem_region *r)
 {
     /* half the reserve: a batch's zap and wake-ups are paid for a few
      * units at once, and a stream's next window finds its slots free */
-    return r->nbehind && r->nbehind >= (r->reserve + 1) / 2;
+    return r->behind_eager && r->nbehind && r->nbehind >= (r->reserve + 1) / 2;
 }
 
-void cache_drop_behind(struct fmem_region *r, uint32_t from, uint32_t to)
+void cache_drop_behind(struct fmem_region *r, uint32_t from, uint32_t to, int eager)
 {
     if (to > r->nunits)
         to = r->nunits;
@@ -114,6 +114,7 @@ void cache_drop_behind(struct fmem_region *r, uint32_t from, uint32_t to)
         r->behind[(r->behind_head + r->nbehind++) % REGION_BEHIND_LIST] =
             (struct behind_entry){u, un->gone_at};
     }
+    r->behind_eager = eager;
     if (cache_behind_due(r))
         region_kick_writer(r);
     pthread_mutex_unlock(&r->lock);

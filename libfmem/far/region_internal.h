@@ -210,6 +210,7 @@ struct fmem_region {
         uint32_t u, gone_at;
     } behind[REGION_BEHIND_LIST];
     uint32_t behind_head, nbehind;
+    int behind_eager; /* the last units listed go at once (a long scan's) */
     uint64_t barrier_req, barrier_done, flush_req, flush_done;
     int flush_rc;
     int stop_writer, stop_handler;
@@ -320,10 +321,11 @@ static inline void unit_refault(const struct fmem_region *r, struct region_unit 
  * CLOCK victims until `want` are claimed. */
 unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned want, unsigned max);
 /* A stream of the policy's went past units [from, to): they go before
- * the CLOCK hand's victims (drop-behind), and the writer is kicked once
- * cache_behind_due says so. Takes the lock. */
-void cache_drop_behind(struct fmem_region *r, uint32_t from, uint32_t to);
-/* 1: enough units went past for an eviction batch of their own (lock held). */
+ * the CLOCK hand's victims (drop-behind); `eager`: also before the cache
+ * needs room, once cache_behind_due says so. Takes the lock. */
+void cache_drop_behind(struct fmem_region *r, uint32_t from, uint32_t to, int eager);
+/* 1: enough units of an eager stream went past for an eviction batch of
+ * their own (lock held). */
 int cache_behind_due(const struct fmem_region *r);
 /* The program went past units [from, to) of a stream (region_policy.c
  * learned it from the stream's next fault), and past the run of resident

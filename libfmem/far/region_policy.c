@@ -89,6 +89,7 @@ struct stream {
     unsigned window; /* units its last window read ahead */
     int resume;      /* it lost read-ahead: its next window is its depth */
     uint64_t used; /* fault number when it last continued (or began) */
+    uint32_t first;  /* where it began */
     uint32_t behind; /* first unit it went past not yet dropped behind */
 };
 /* continuations before a stream reads ahead: a random fault lands on a
@@ -471,11 +472,21 @@ static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
  * been idle STREAM_KEEP faults, so random faults between a stream's
  * faults do not push it out (a candidate still needs its next fault
  * within 8 other faults). */
-/* Drop-behind: a confirmed stream that reads ahead at unit u went past
- * the units before it; all but the one right before u (a program may
- * still be reading across the boundary) go to the writer before the
- * CLOCK hand's victims (region_cache.c), at most a cache's worth. Not
- * with the read-ahead depth fixed: its streams are the handler's. */
+/* 1: stream s went over more units than the cache holds (a scan: what
+ * it went past would be evicted before it came back anyway). */
+static int stream_long(const struct fmem_region *r, const struct stream *s)
+{
+    return s->last - s->first >= r->cap;
+}
+
+/* Drop-behind: a confirmed stream at unit u went past the units before
+ * it; all but the one right before u (a program may still be reading
+ * across the boundary) go to the writer before the CLOCK hand's victims
+ * (region_cache.c), at most a cache's worth. Those of a stream longer
+ * than the cache are evicted right away, so its next windows find free
+ * slots; a shorter stream's only when the cache needs room (what it read
+ * may be read again while cached). Not with the read-ahead depth fixed:
+ * its streams are the handler's. */
 static void stream_drop_behind(struct fmem_region *r, struct stream *s, uint32_t u)
 {
     if (s->run < STREAM_CONFIRM || fixed(r, FMEM_REGION_TUNE_PREFETCH) || u < 1)
@@ -484,22 +495,25 @@ static void stream_drop_behind(struct fmem_region *r, struct stream *s, uint32_t
     if (to > r->cap && from < to - r->cap)
         from = to - r->cap;
     if (from < to)
-        cache_drop_behind(r, from, to);
+        cache_drop_behind(r, from, to, stream_long(r, s));
     if (s->behind < to)
         s->behind = to;
 }
 
-/* The most a stream reads ahead: the full depth, and twice it (half the
- * cache) while it is `alone`, no other fault came since its previous one
- * (a scan on its own): the units it went past are dropped behind it, so
- * its window takes their slots, and each window keeps every path busy
- * for longer between the faults that open them. With other faults in
- * between (a join's lookups) the deeper window would take the slots
- * their units need, and be evicted unused. */
+/* The most stream s reads ahead: the full depth, and twice it (half the
+ * cache) for a scan longer than the cache while it is `alone`, no other
+ * fault came since its previous one: the units it went past are dropped
+ * behind it, so its window takes their slots, and each window keeps every
+ * path busy for longer between the faults that open them. With other
+ * faults in between (a join's lookups) the deeper window would take the
+ * slots their units need, and be evicted unused. s NULL: the most any
+ * stream may. */
 static unsigned stream_deep_max(const struct fmem_region *r, const struct region_policy *p,
-                                int alone)
+                                const struct stream *s, int alone)
 {
-    return fixed(r, FMEM_REGION_TUNE_PREFETCH) || !alone ? p->depth_max : 2 * p->depth_max;
+    if (fixed(r, FMEM_REGION_TUNE_PREFETCH) || !alone || (s && !stream_long(r, s)))
+        return p->depth_max;
+    return 2 * p->depth_max;
 }
 
 static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t u)
@@ -526,7 +540,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
             s->run += s->run < 31;
             if (passed && s->run < STREAM_CONFIRM)
                 s->run = STREAM_CONFIRM;
-            unsigned deep = stream_deep_max(r, p, alone);
+            unsigned deep = stream_deep_max(r, p, s, alone);
             if (s->window >= s->depth && s->depth < deep)
                 s->depth = s->depth * 2 < deep ? s->depth * 2 : deep;
             else if (s->depth > deep)
@@ -534,7 +548,11 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
             unsigned w = s->run < STREAM_CONFIRM             ? 0
                          : s->run >= 16 || s->resume ? s->depth
                                                      : 2u << s->run;
-            s->resume = 0;
+            if (s->run >= STREAM_CONFIRM && s->resume)
+                s->run = 16; /* resumed at its depth: it ramps up no more */
+            if (s->run >= STREAM_CONFIRM) /* kept through the continuation that
+                                             * does not confirm it yet */
+                s->resume = 0;
             s->window = p->window = w < s->depth ? w : s->depth;
             s->next = u + 1;
             stream_drop_behind(r, s, u);
@@ -562,7 +580,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         }
     }
     p->streams[victim] = (struct stream){.last = u, .next = u + 1, .run = 0, .used = now,
-                                         .depth = p->depth_max, .behind = u};
+                                         .depth = p->depth_max, .first = u, .behind = u};
     p->cur = victim;
     return 0;
 }
@@ -779,7 +797,7 @@ void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
     unsigned depth = atomic_load_explicit(&r->tune.prefetch, memory_order_relaxed);
     r->prefetch = depth > r->cap / 4 ? r->cap / 4 : depth;
     if (!fixed(r, FMEM_REGION_TUNE_PREFETCH)) /* a stream's own depth limits it */
-        r->prefetch = stream_deep_max(r, p, 1);
+        r->prefetch = stream_deep_max(r, p, NULL, 1);
 }
 
 void policy_figures(struct fmem_region *r, struct policy_figures *out)
