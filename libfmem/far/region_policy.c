@@ -51,7 +51,9 @@
  *     brings are used (a read of a mapped page is invisible to the
  *     handler), every PROBE_EVERY-th measured fault fetches only the half
  *     of its group around the fault (a probe); a fault on the other half
- *     within its lifetime means the whole group would have been used.
+ *     within its lifetime means the whole group would have been used. A
+ *     probe whose other half is cached already is not counted: no fault
+ *     can follow it there.
  *     When fewer than SHRINK_PCT % (SHRINK_PCT_SIDE % while the group fits
  *     the paths) of PROBE_WINDOW probes are followed so, the size halves: fetched neighbours go unused (a random
  *     gather, or waste). Write faults and first touches of fresh memory
@@ -61,6 +63,16 @@
  *     it on, fetched side by side, and its window starts after them: a
  *     scan faults once per window, and that fault's single unit on one
  *     path left the other links idle before the window's step began.
+ *   - drop-behind (stream_drop_behind): the units a confirmed stream went
+ *     past are listed for the writer, which takes them before any CLOCK
+ *     victim: a scan evicts its own used units rather than what else is
+ *     cached (a join's lookup table). Those of a stream longer than the
+ *     cache are evicted at once, so its windows find free slots without
+ *     waiting for the writer; such a stream, with no other fault between
+ *     its own, reads ahead half the cache instead of a quarter.
+ *     (A window used to find 16-32 slots free, take them, and wait for
+ *     the writer's next batch for the rest: the scan restarted a few of
+ *     its windows per pass at 4-8 units.)
  * The unit size is fixed at creation and not changed.
  * An explicit setting (cfg->prefetch, an explicit cfg->fetch_unit: a
  * fetch size of one unit, fmem_region_tune) always wins; an
@@ -450,28 +462,6 @@ static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
     p->win_start_ns = now;
 }
 
-/* Which stream fault u continues. A fault at a stream's `next` (the end
- * of what it brought in) continues it. A candidate needs two
- * continuations before it reads ahead (a random fault lands on some
- * candidate's next unit now and then, and each such window is mapped
- * while the next random fault waits), or one that went past more than
- * the previous fault's own unit (a fresh run, a window); its first window
- * is 8 units and doubles per continuation, up to the stream's depth. A
- * continuation right after a window of the stream's whole depth means the
- * program used all of it: the depth doubles, back up to the region's
- * full depth. A fault between its last fault and `next` means units it
- * read ahead were gone before the program reached them (evicted unused,
- * or dropped for another stream's window): the stream's depth halves and
- * it starts over as a candidate (one fault inside a stream's range may be
- * a random one), and once confirmed it resumes at that depth at once
- * (before, a loss restarted it at 4 units and its depth never grew back,
- * so a scan that lost read-ahead a few times went on 2 units at a time).
- * Returns 1 when u continued a stream. A fault that continues none starts
- * a candidate stream in the slot least worth keeping: a candidate (run 0)
- * before an established stream, and an established one only once it has
- * been idle STREAM_KEEP faults, so random faults between a stream's
- * faults do not push it out (a candidate still needs its next fault
- * within 8 other faults). */
 /* 1: stream s went over more units than the cache holds (a scan: what
  * it went past would be evicted before it came back anyway). */
 static int stream_long(const struct fmem_region *r, const struct stream *s)
@@ -516,6 +506,28 @@ static unsigned stream_deep_max(const struct fmem_region *r, const struct region
     return 2 * p->depth_max;
 }
 
+/* Which stream fault u continues. A fault at a stream's `next` (the end
+ * of what it brought in) continues it. A candidate needs two
+ * continuations before it reads ahead (a random fault lands on some
+ * candidate's next unit now and then, and each such window is mapped
+ * while the next random fault waits), or one that went past more than
+ * the previous fault's own unit (a fresh run, a window); its first window
+ * is 8 units and doubles per continuation, up to the stream's depth. A
+ * continuation right after a window of the stream's whole depth means the
+ * program used all of it: the depth doubles, back up to the region's
+ * full depth. A fault between its last fault and `next` means units it
+ * read ahead were gone before the program reached them (evicted unused,
+ * or dropped for another stream's window): the stream's depth halves and
+ * it starts over as a candidate (one fault inside a stream's range may be
+ * a random one), and once confirmed it resumes at that depth at once
+ * (before, a loss restarted it at 4 units and its depth never grew back,
+ * so a scan that lost read-ahead a few times went on 2 units at a time).
+ * Returns 1 when u continued a stream. A fault that continues none starts
+ * a candidate stream in the slot least worth keeping: a candidate (run 0)
+ * before an established stream, and an established one only once it has
+ * been idle STREAM_KEEP faults, so random faults between a stream's
+ * faults do not push it out (a candidate still needs its next fault
+ * within 8 other faults). */
 static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t u)
 {
     uint64_t now = ++p->nfaults;
