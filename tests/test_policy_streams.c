@@ -87,50 +87,33 @@ Test(policy_streams, new_stream_reaches_full_depth_within_five_faults)
                  windows[3], windows[4]);
 }
 
-/* A scan on its own (no other faults between its faults) that went over
- * more units than the cache holds reads ahead half the cache: the units
- * it went past are dropped behind it (test_region_dropbehind.c). */
-Test(policy_streams, a_scan_alone_longer_than_the_cache_reads_ahead_half_of_it)
-{
-    unsigned w;
-    uint32_t u = 1000;
-    while (u - 1000 < CAP)
-        u = scan_step(u, &w);
-    cr_assert_eq(w, DEPTH, "window %u while shorter than the cache", w);
-    for (int i = 0; i < 3; i++)
-        u = scan_step(u, &w);
-    cr_assert_eq(w, 2 * DEPTH, "window %u", w);
-}
-
 /* Read-ahead evicted before the scan reached it (a fault inside the last
  * window) halves the stream's depth and makes it a candidate again; once
  * two faults on the next units confirm it, it goes on at that depth at
  * once, and once the scan uses a whole window at that depth the depth
  * doubles back: the stream is at its full depth again on the window after
- * instead of staying at half of it for the rest of the scan. (The scan is
- * alone and longer than the cache: its full depth is 2 * DEPTH.) */
+ * instead of staying at half of it for the rest of the scan. */
 Test(policy_streams, lost_readahead_resumes_and_depth_recovers)
 {
     unsigned w;
     uint32_t u = 1000;
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 8; i++)
         u = scan_step(u, &w);
-    const unsigned full = 2 * DEPTH;
-    cr_assert_eq(w, full);
-    /* the scan finds unit u - full / 2 of its last window gone */
-    uint32_t lost_at = u - full / 2;
+    cr_assert_eq(w, DEPTH);
+    /* the scan finds unit u - DEPTH / 2 of its last window gone */
+    uint32_t lost_at = u - DEPTH / 2;
     cr_assert_eq(fault(lost_at), 0, "one fault in a stream's range is no proof of it");
     cr_assert_eq(fault(lost_at + 1), 0, "nor are two");
     u = scan_step(lost_at + 2, &w);
-    cr_assert_eq(w, full / 2, "resumes at half the depth, window %u", w);
+    cr_assert_eq(w, DEPTH / 2, "resumes at half the depth, window %u", w);
     unsigned later[3];
     for (int i = 0; i < 3; i++) {
         u = scan_step(u, &w);
         later[i] = w;
     }
-    cr_assert_eq(later[0], full, "a whole window used at half depth: full depth again "
+    cr_assert_eq(later[0], DEPTH, "a whole window used at half depth: full depth again "
                  "(windows %u %u %u)", later[0], later[1], later[2]);
-    cr_assert_eq(later[2], full);
+    cr_assert_eq(later[2], DEPTH);
 }
 
 /* Random faults between a stream's faults (a column scan with lookups in

@@ -68,8 +68,7 @@
  *     victim: a scan evicts its own used units rather than what else is
  *     cached (a join's lookup table). Those of a stream longer than the
  *     cache are evicted at once, so its windows find free slots without
- *     waiting for the writer; such a stream, with no other fault between
- *     its own, reads ahead half the cache instead of a quarter.
+ *     waiting for the writer.
  *     (A window used to find 16-32 slots free, take them, and wait for
  *     the writer's next batch for the rest: the scan restarted a few of
  *     its windows per pass at 4-8 units.)
@@ -490,22 +489,6 @@ static void stream_drop_behind(struct fmem_region *r, struct stream *s, uint32_t
         s->behind = to;
 }
 
-/* The most stream s reads ahead: the full depth, and twice it (half the
- * cache) for a scan longer than the cache while it is `alone`, no other
- * fault came since its previous one: the units it went past are dropped
- * behind it, so its window takes their slots, and each window keeps every
- * path busy for longer between the faults that open them. With other
- * faults in between (a join's lookups) the deeper window would take the
- * slots their units need, and be evicted unused. s NULL: the most any
- * stream may. */
-static unsigned stream_deep_max(const struct fmem_region *r, const struct region_policy *p,
-                                const struct stream *s, int alone)
-{
-    if (fixed(r, FMEM_REGION_TUNE_PREFETCH) || !alone || (s && !stream_long(r, s)))
-        return p->depth_max;
-    return 2 * p->depth_max;
-}
-
 /* Which stream fault u continues. A fault at a stream's `next` (the end
  * of what it brought in) continues it. A candidate needs two
  * continuations before it reads ahead (a random fault lands on some
@@ -540,7 +523,6 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
          * run, a window) and the program went past them: a scan */
         int passed = s->next - s->last > 1;
         p->cur = i;
-        int alone = now - s->used == 1;
         s->used = now;
         cache_ahead_reached(r, s->last + 1, u); /* the program went past them */
         s->last = u;
@@ -552,11 +534,8 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
             s->run += s->run < 31;
             if (passed && s->run < STREAM_CONFIRM)
                 s->run = STREAM_CONFIRM;
-            unsigned deep = stream_deep_max(r, p, s, alone);
-            if (s->window >= s->depth && s->depth < deep)
-                s->depth = s->depth * 2 < deep ? s->depth * 2 : deep;
-            else if (s->depth > deep)
-                s->depth = deep;
+            if (s->window >= s->depth && s->depth < p->depth_max)
+                s->depth = s->depth * 2 < p->depth_max ? s->depth * 2 : p->depth_max;
             unsigned w = s->run < STREAM_CONFIRM             ? 0
                          : s->run >= 16 || s->resume ? s->depth
                                                      : 2u << s->run;
@@ -808,8 +787,6 @@ void policy_note_fault(struct fmem_region *r, uint32_t u, int write)
     /* the read-ahead depth is the handler's own: apply the one in force */
     unsigned depth = atomic_load_explicit(&r->tune.prefetch, memory_order_relaxed);
     r->prefetch = depth > r->cap / 4 ? r->cap / 4 : depth;
-    if (!fixed(r, FMEM_REGION_TUNE_PREFETCH)) /* a stream's own depth limits it */
-        r->prefetch = stream_deep_max(r, p, NULL, 1);
 }
 
 void policy_figures(struct fmem_region *r, struct policy_figures *out)
