@@ -468,17 +468,18 @@ static int stream_long(const struct fmem_region *r, const struct stream *s)
     return s->last - s->first >= r->cap;
 }
 
-/* Drop-behind: a confirmed stream at unit u went past the units before
- * it; all but the one right before u (a program may still be reading
- * across the boundary) go to the writer before the CLOCK hand's victims
- * (region_cache.c), at most a cache's worth. Those of a stream longer
+/* Drop-behind: a confirmed stream (or one that was, before it lost
+ * read-ahead) at unit u went past the units before it; all but the one
+ * right before u (a program may still be reading across the boundary) go
+ * to the writer before the CLOCK hand's victims (region_cache.c), at most
+ * a cache's worth. Those of a stream longer
  * than the cache are evicted right away, so its next windows find free
  * slots; a shorter stream's only when the cache needs room (what it read
  * may be read again while cached). Not with the read-ahead depth fixed:
  * its streams are the handler's. */
 static void stream_drop_behind(struct fmem_region *r, struct stream *s, uint32_t u)
 {
-    if (s->run < STREAM_CONFIRM || fixed(r, FMEM_REGION_TUNE_PREFETCH) || u < 1)
+    if ((s->run < STREAM_CONFIRM && !s->resume) || fixed(r, FMEM_REGION_TUNE_PREFETCH) || u < 1)
         return;
     uint32_t from = s->behind, to = u - 1;
     if (to > r->cap && from < to - r->cap)
@@ -557,6 +558,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
          * as a candidate, and once confirmed resumes at its depth */
         s->resume = s->run >= STREAM_CONFIRM;
         s->run = 0;
+        stream_drop_behind(r, s, u); /* a scan that lost read-ahead is still one */
         return 0;
     }
     cache_ahead_reached(r, u, u); /* read-ahead the program read up to u */
