@@ -472,11 +472,11 @@ static int stream_long(const struct fmem_region *r, const struct stream *s)
  * read-ahead) at unit u went past the units before it; all but the one
  * right before u (a program may still be reading across the boundary) go
  * to the writer before the CLOCK hand's victims (region_cache.c), at most
- * a cache's worth. Those of a stream longer
- * than the cache are evicted right away, so its next windows find free
- * slots; a shorter stream's only when the cache needs room (what it read
- * may be read again while cached). Not with the read-ahead depth fixed:
- * its streams are the handler's. */
+ * a cache's worth. Those of a stream longer than the cache are evicted
+ * right away, so its next windows find free slots; a shorter stream's only
+ * when the cache needs room (what it read may be read again while
+ * cached). Not with the read-ahead depth fixed: its streams are the
+ * handler's. */
 static void stream_drop_behind(struct fmem_region *r, struct stream *s, uint32_t u)
 {
     if ((s->run < STREAM_CONFIRM && !s->resume) || fixed(r, FMEM_REGION_TUNE_PREFETCH) || u < 1)
@@ -540,10 +540,12 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
             unsigned w = s->run < STREAM_CONFIRM             ? 0
                          : s->run >= 16 || s->resume ? s->depth
                                                      : 2u << s->run;
+            /* a stream that lost read-ahead keeps `resume` through the
+             * continuation that does not confirm it yet, and once
+             * confirmed goes on at its depth without ramping up again */
             if (s->run >= STREAM_CONFIRM && s->resume)
-                s->run = 16; /* resumed at its depth: it ramps up no more */
-            if (s->run >= STREAM_CONFIRM) /* kept through the continuation that
-                                             * does not confirm it yet */
+                s->run = 16;
+            if (s->run >= STREAM_CONFIRM)
                 s->resume = 0;
             s->window = p->window = w < s->depth ? w : s->depth;
             s->next = u + 1;
