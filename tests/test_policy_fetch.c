@@ -84,6 +84,16 @@ static uint32_t rand_u(uint32_t n)
     return (uint32_t)(s % n);
 }
 
+/* The fetch size set to f, then left to the policy: it goes on from f. */
+static void policy_from(unsigned f)
+{
+    fmem_region_tuning t = {.set = FMEM_REGION_TUNE_FETCH, .fetch = f};
+    cr_assert_eq(fmem_region_tune(reg, &t), 0);
+    t = (fmem_region_tuning){0};
+    cr_assert_eq(fmem_region_tune(reg, &t), 0);
+    cr_assert_eq(fetch_now(), f);
+}
+
 /* Lookups that read all of a random 64 KiB record (4 units) in a scrambled
  * order (never unit after unit: no stream) and then move on: neighbouring
  * faults. A different record each time, and what was mapped is forgotten
@@ -146,16 +156,27 @@ Test(policy_fetch, random_faults_shrink_it)
     cr_assert_eq(fetch_now(), 1, "fetch %u after random reads", fetch_now());
 }
 
+/* A random gather that inherited a fetch size of 4 units (from record
+ * reads, a scan): a probe every 4th fault, decided per 8 probes, halves
+ * it per 32 faults and it is back at one unit within 100 faults (with a
+ * probe every 8th fault decided per 16 it took 256). */
+Test(policy_fetch, a_random_gather_sheds_an_inherited_fetch_size_soon)
+{
+    policy_from(4);
+    uint64_t f0 = faults;
+    while (fetch_now() > 1 && faults - f0 < 1000)
+        touch(rand_u(NUNITS));
+    cr_assert_eq(fetch_now(), 1);
+    cr_assert_leq(faults - f0, 100, "%llu random faults to shed fetch 4",
+                  (unsigned long long)(faults - f0));
+}
+
 /* Records of 2 units read from a fetch size of 16: half or more of every
  * fetch is wasted; it comes down to 2 and stays there (not 1: the other
  * unit of the pair is used). */
 Test(policy_fetch, wasted_fetches_shrink_it_to_what_is_used)
 {
-    fmem_region_tuning t = {.set = FMEM_REGION_TUNE_FETCH, .fetch = 16};
-    cr_assert_eq(fmem_region_tune(reg, &t), 0);
-    t = (fmem_region_tuning){0}; /* back to the policy, from 16 */
-    cr_assert_eq(fmem_region_tune(reg, &t), 0);
-    cr_assert_eq(fetch_now(), 16);
+    policy_from(16);
     records(6000, 2);
     cr_assert_eq(fetch_now(), 2, "fetch %u after pair reads", fetch_now());
 }

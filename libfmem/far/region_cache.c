@@ -25,8 +25,13 @@
  * to a referenced unit (clearing UF_AHEAD). The second time the hand
  * meets it, it goes like any other unit, so a cache full of read-ahead
  * nobody reads still makes room. One evicted unreached is counted
- * (ahead_unused). All functions but cache_ahead_reached run with the
- * region lock held. */
+ * (ahead_unused). Units a stream of the policy's went past
+ * (region_policy.c) go right after the discarded ones, before the hand
+ * moves (drop-behind): a scan through a cache smaller than its data then
+ * evicts its own used units, not what else is cached (a join's lookup
+ * table), and the writer finds them without a search. All functions but
+ * cache_ahead_reached and cache_drop_behind run with the region lock
+ * held. */
 #include "region_internal.h"
 
 uint32_t cache_take_slot(struct fmem_region *r, uint32_t u)
@@ -70,10 +75,56 @@ static unsigned pick_discarded(struct fmem_region *r, uint32_t *out, unsigned ma
     return n;
 }
 
-unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max)
+/* The units streams went past, oldest first (drop-behind): still the
+ * residency they were listed in, and neither hot (re-faulted lately) nor
+ * read-ahead the program has not reached. */
+static unsigned pick_behind(struct fmem_region *r, uint32_t *out, unsigned max)
 {
-    unsigned n = pick_discarded(r, out, max);
-    for (uint64_t steps = 0; steps < 2 * (uint64_t)r->cap && n < max; steps++) {
+    unsigned n = 0;
+    while (n < max && r->nbehind) {
+        struct behind_entry e = r->behind[r->behind_head];
+        r->behind_head = (r->behind_head + 1) % REGION_BEHIND_LIST;
+        r->nbehind--;
+        struct region_unit *un = &r->units[e.u];
+        if (un->state != UNIT_RESIDENT || un->gone_at != e.gone_at || un->heat ||
+            un->unreached || (un->flags & UF_DISCARD) || !victim_space(r, e.u))
+            continue;
+        un->state = UNIT_EVICTING;
+        out[n++] = e.u;
+    }
+    return n;
+}
+
+int cache_behind_due(const struct fmem_region *r)
+{
+    /* half the reserve: a batch's zap and wake-ups are paid for a few
+     * units at once, and a stream's next window finds its slots free */
+    return r->behind_eager && r->nbehind && r->nbehind >= (r->reserve + 1) / 2;
+}
+
+void cache_drop_behind(struct fmem_region *r, uint32_t from, uint32_t to, int eager)
+{
+    if (to > r->nunits)
+        to = r->nunits;
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t u = from; u < to && r->nbehind < REGION_BEHIND_LIST; u++) {
+        const struct region_unit *un = &r->units[u];
+        if (un->state != UNIT_RESIDENT || un->heat)
+            continue;
+        r->behind[(r->behind_head + r->nbehind++) % REGION_BEHIND_LIST] =
+            (struct behind_entry){u, un->gone_at};
+    }
+    r->behind_eager = eager;
+    if (cache_behind_due(r))
+        region_kick_writer(r);
+    pthread_mutex_unlock(&r->lock);
+}
+
+unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned want, unsigned max)
+{
+    unsigned n = pick_discarded(r, out, want < max ? want : max);
+    n += pick_behind(r, out + n, max - n);
+    for (uint64_t steps = 0; steps < 2 * (uint64_t)r->cap && n < want && n < max; steps++) {
         uint32_t slot = r->hand;
         r->hand = r->hand + 1 == r->cap ? 0 : r->hand + 1;
         uint32_t u = r->ring[slot];

@@ -201,6 +201,16 @@ struct fmem_region {
 #define REGION_DISCARD_LIST 4096
     uint32_t discard[REGION_DISCARD_LIST];
     uint32_t discard_head, ndiscard;
+    /* drop-behind: units a sequential stream of the policy's has gone
+     * past, oldest first, for the writer to take after the discarded ones
+     * and before any CLOCK victim (region_cache.c); an entry keeps the
+     * unit's gone_at, so one evicted and brought back since is skipped */
+#define REGION_BEHIND_LIST 1024
+    struct behind_entry {
+        uint32_t u, gone_at;
+    } behind[REGION_BEHIND_LIST];
+    uint32_t behind_head, nbehind;
+    int behind_eager; /* the last units listed go at once (a long scan's) */
     uint64_t barrier_req, barrier_done, flush_req, flush_done;
     int flush_rc;
     int stop_writer, stop_handler;
@@ -297,7 +307,6 @@ void cache_free_slot(struct fmem_region *r, uint32_t slot);
  * (then the writer looks whether it holds only zeros before it takes a
  * chunk for it). */
 int victim_space(struct fmem_region *r, uint32_t u);
-/* Claim up to `max` CLOCK victims: marks them UNIT_EVICTING. */
 #define UNIT_HEAT_MAX 3
 /* A demand fault brings unit un back after an eviction (lock held): if
  * fewer units were evicted since than the cache holds, a cache twice as
@@ -307,7 +316,17 @@ static inline void unit_refault(const struct fmem_region *r, struct region_unit 
 {
     un->heat = r->evict_clock - un->gone_at < r->cap ? UNIT_HEAT_MAX : 0;
 }
-unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned max);
+/* Claim victims (lock held): the discarded units and the units streams
+ * went past (up to `max`, all of them the writer may take at once), then
+ * CLOCK victims until `want` are claimed. */
+unsigned cache_pick_victims(struct fmem_region *r, uint32_t *out, unsigned want, unsigned max);
+/* A stream of the policy's went past units [from, to): they go before
+ * the CLOCK hand's victims (drop-behind); `eager`: also before the cache
+ * needs room, once cache_behind_due says so. Takes the lock. */
+void cache_drop_behind(struct fmem_region *r, uint32_t from, uint32_t to, int eager);
+/* 1: enough units of an eager stream went past for an eviction batch of
+ * their own (lock held). */
+int cache_behind_due(const struct fmem_region *r);
 /* The program went past units [from, to) of a stream (region_policy.c
  * learned it from the stream's next fault), and past the run of resident
  * read-ahead right before `from` (from == to: a fault on unit `from`):

@@ -51,7 +51,9 @@
  *     brings are used (a read of a mapped page is invisible to the
  *     handler), every PROBE_EVERY-th measured fault fetches only the half
  *     of its group around the fault (a probe); a fault on the other half
- *     within its lifetime means the whole group would have been used.
+ *     within its lifetime means the whole group would have been used. A
+ *     probe whose other half is cached already is not counted: no fault
+ *     can follow it there.
  *     When fewer than SHRINK_PCT % (SHRINK_PCT_SIDE % while the group fits
  *     the paths) of PROBE_WINDOW probes are followed so, the size halves: fetched neighbours go unused (a random
  *     gather, or waste). Write faults and first touches of fresh memory
@@ -61,6 +63,15 @@
  *     it on, fetched side by side, and its window starts after them: a
  *     scan faults once per window, and that fault's single unit on one
  *     path left the other links idle before the window's step began.
+ *   - drop-behind (stream_drop_behind): the units a confirmed stream went
+ *     past are listed for the writer, which takes them before any CLOCK
+ *     victim: a scan evicts its own used units rather than what else is
+ *     cached (a join's lookup table). Those of a stream longer than the
+ *     cache are evicted at once, so its windows find free slots without
+ *     waiting for the writer.
+ *     (A window used to find 16-32 slots free, take them, and wait for
+ *     the writer's next batch for the rest: the scan restarted a few of
+ *     its windows per pass at 4-8 units.)
  * The unit size is fixed at creation and not changed.
  * An explicit setting (cfg->prefetch, an explicit cfg->fetch_unit: a
  * fetch size of one unit, fmem_region_tune) always wins; an
@@ -89,6 +100,8 @@ struct stream {
     unsigned window; /* units its last window read ahead */
     int resume;      /* it lost read-ahead: its next window is its depth */
     uint64_t used; /* fault number when it last continued (or began) */
+    uint32_t first;  /* where it began */
+    uint32_t behind; /* first unit it went past not yet dropped behind */
 };
 /* continuations before a stream reads ahead: a random fault lands on a
  * candidate's next unit now and then, two in a row hardly ever */
@@ -99,8 +112,12 @@ struct stream {
 /* fetch size (see the head comment) */
 #define GROUPS 512        /* recent fetched groups remembered (hashed) */
 #define FETCH_WINDOW 64   /* measured faults per decision to grow */
-#define PROBE_WINDOW 16   /* probes per decision to shrink */
-#define PROBE_EVERY 8     /* measured faults per probe, at a fetch size > 1 */
+/* a probe every 4th fault, a decision per 8 probes: a random gather
+ * that inherited a larger fetch size (from a scan, a run of records) is
+ * back at one unit after 64 faults from 4 units, 96 from 16 (with a probe
+ * every 8th fault decided per 16 it took 4 times as many) */
+#define PROBE_WINDOW 8    /* probes per decision to shrink */
+#define PROBE_EVERY 4     /* measured faults per probe, at a fetch size > 1 */
 /* % pairs that double the fetch size, and % probes followed on their
  * other half below which it halves: while the group fits the paths new
  * chunks go to (consecutive units are on different paths) its transfers
@@ -444,6 +461,35 @@ static void decide(struct fmem_region *r, struct region_policy *p, uint64_t now)
     p->win_start_ns = now;
 }
 
+/* 1: stream s went over more units than the cache holds (a scan: what
+ * it went past would be evicted before it came back anyway). */
+static int stream_long(const struct fmem_region *r, const struct stream *s)
+{
+    return s->last - s->first >= r->cap;
+}
+
+/* Drop-behind: a confirmed stream (or one that was, before it lost
+ * read-ahead) at unit u went past the units before it; all but the one
+ * right before u (a program may still be reading across the boundary) go
+ * to the writer before the CLOCK hand's victims (region_cache.c), at most
+ * a cache's worth. Those of a stream longer than the cache are evicted
+ * right away, so its next windows find free slots; a shorter stream's only
+ * when the cache needs room (what it read may be read again while
+ * cached). Not with the read-ahead depth fixed: its streams are the
+ * handler's. */
+static void stream_drop_behind(struct fmem_region *r, struct stream *s, uint32_t u)
+{
+    if ((s->run < STREAM_CONFIRM && !s->resume) || fixed(r, FMEM_REGION_TUNE_PREFETCH) || u < 1)
+        return;
+    uint32_t from = s->behind, to = u - 1;
+    if (to > r->cap && from < to - r->cap)
+        from = to - r->cap;
+    if (from < to)
+        cache_drop_behind(r, from, to, stream_long(r, s));
+    if (s->behind < to)
+        s->behind = to;
+}
+
 /* Which stream fault u continues. A fault at a stream's `next` (the end
  * of what it brought in) continues it. A candidate needs two
  * continuations before it reads ahead (a random fault lands on some
@@ -481,8 +527,10 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         s->used = now;
         cache_ahead_reached(r, s->last + 1, u); /* the program went past them */
         s->last = u;
-        if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end)
+        if (r->ra_next != NO_UNIT && u >= r->ra_next && u < r->ra_end) {
+            stream_drop_behind(r, s, u);
             return 1; /* it caught up with its window, still being mapped */
+        }
         if (u == s->next) {
             s->run += s->run < 31;
             if (passed && s->run < STREAM_CONFIRM)
@@ -492,9 +540,16 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
             unsigned w = s->run < STREAM_CONFIRM             ? 0
                          : s->run >= 16 || s->resume ? s->depth
                                                      : 2u << s->run;
-            s->resume = 0;
+            /* a stream that lost read-ahead keeps `resume` through the
+             * continuation that does not confirm it yet, and once
+             * confirmed goes on at its depth without ramping up again */
+            if (s->run >= STREAM_CONFIRM && s->resume)
+                s->run = 16;
+            if (s->run >= STREAM_CONFIRM)
+                s->resume = 0;
             s->window = p->window = w < s->depth ? w : s->depth;
             s->next = u + 1;
+            stream_drop_behind(r, s, u);
             return 1;
         }
         s->depth = s->depth > 1 ? s->depth / 2 : 1;
@@ -505,6 +560,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
          * as a candidate, and once confirmed resumes at its depth */
         s->resume = s->run >= STREAM_CONFIRM;
         s->run = 0;
+        stream_drop_behind(r, s, u); /* a scan that lost read-ahead is still one */
         return 0;
     }
     cache_ahead_reached(r, u, u); /* read-ahead the program read up to u */
@@ -519,7 +575,7 @@ static int stream_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         }
     }
     p->streams[victim] = (struct stream){.last = u, .next = u + 1, .run = 0, .used = now,
-                                         .depth = p->depth_max};
+                                         .depth = p->depth_max, .first = u, .behind = u};
     p->cur = victim;
     return 0;
 }
@@ -641,6 +697,19 @@ static void fetch_set(struct fmem_region *r, struct region_policy *p, unsigned f
     p->f_meas = p->f_pairs = p->f_probes = p->f_probe_used = 0;
 }
 
+/* 1: a unit of the other half of the group twice 2^k units around u (the
+ * half a probe on u left out) is cached or on its way. */
+static int other_half_cached(struct fmem_region *r, uint32_t u, unsigned k)
+{
+    uint32_t first = ((u >> k) ^ 1u) << k, n = 1u << k;
+    int cached = 0;
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t v = first; v < first + n && v < r->nunits && !cached; v++)
+        cached = r->units[v].state != UNIT_ABSENT || r->ring[r->units[v].slot] == v;
+    pthread_mutex_unlock(&r->lock);
+    return cached;
+}
+
 /* The fault on unit u (handler; `stream`: it continued a stream) was
  * served with p->fetch_now units (0: a write or fresh fault). */
 static void fetch_note(struct fmem_region *r, struct region_policy *p, uint32_t u, int stream)
@@ -667,6 +736,8 @@ static void fetch_note(struct fmem_region *r, struct region_policy *p, uint32_t 
         }
     }
     group_put(p->seen, k, u >> k, now);
+    if (probe && other_half_cached(r, u, kgot))
+        probe = 0; /* no fault can follow it there: it tells nothing */
     if (probe) {
         p->f_probes++;
         group_put(p->probes, kgot, u >> kgot, now);

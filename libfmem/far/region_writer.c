@@ -46,7 +46,7 @@ static void protect(struct fmem_region *r, uint32_t u)
 
 static int need_evict(const struct fmem_region *r)
 {
-    return r->nfree < r->reserve || r->space_wanted;
+    return r->nfree < r->reserve || r->space_wanted || cache_behind_due(r);
 }
 
 struct victim {
@@ -325,10 +325,14 @@ static void evict_batch(struct fmem_region *r)
     uint32_t us[EVICT_MAX], gap[EVICT_MAX];
     /* evict down to twice the reserve: fewer, larger batches, and each
      * batch costs one TLB shootdown for the zap */
-    unsigned want = r->nfree < 2 * r->reserve ? 2 * r->reserve - r->nfree : 1;
+    unsigned want = !(r->nfree < r->reserve || r->space_wanted) ? 0 /* drop-behind only */
+                    : r->nfree < 2 * r->reserve                 ? 2 * r->reserve - r->nfree
+                                                                : 1;
     if (want > EVICT_BATCH)
         want = EVICT_BATCH;
-    unsigned n = cache_pick_victims(r, us, want);
+    unsigned n = cache_pick_victims(r, us, want, EVICT_BATCH);
+    if (n == 0 && want == 0)
+        return; /* the units streams went past are all gone already */
     if (n == 0) { /* everything is busy or pinned: try again shortly */
         slots_freed(r); /* a flush may have freed some meanwhile */
         region_wait_1ms(&r->writer_cv, &r->lock);
