@@ -24,7 +24,11 @@ def test_region_is_a_writable_buffer_larger_than_its_cache(pool):
     assert st["cache_bytes"] == 2 * MiB
     assert st["cached_bytes"] <= 2 * MiB and st["evictions"] > 0
     assert st["writebacks"] > 0 and st["bytes_fetched"] > 0
-    assert st["remote_bytes"] == 16 * MiB
+    # units written and still cached hold pool space only once written
+    # back (a scan evicts its own units first and may leave them cached)
+    assert st["remote_bytes"] <= 16 * MiB
+    r.flush()
+    assert r.stats()["remote_bytes"] == 16 * MiB
     assert r.contains(m[100:200]) and r.contains(r.address) and not r.contains(np.ones(3))
     m.release()
     r.close()
