@@ -103,6 +103,13 @@ int fp_childmap_add(struct fp_arena *a, struct fp_obj *o)
     return 0;
 }
 
+/* An object of table entry e waits here for its remap: the parent's
+ * (private to this process), not freed, registered at the fork. */
+static int is_waiting(uint64_t e, const struct fp_obj *o)
+{
+    return (e & FP_E_PRIVATE) && !(e & FP_E_CACHED) && o->lazy == FP_LAZY_FORK;
+}
+
 /* The object whose range holds p, if it waits for its remap here, and
  * its arena. */
 static struct fp_obj *waiting(char *p, struct fp_arena **in)
@@ -122,7 +129,7 @@ static struct fp_obj *waiting(char *p, struct fp_arena **in)
         struct fp_obj *o = &a->objs[k];
         if (p >= fp_obj_ptr(a, o) + fp_obj_len(o))
             return NULL;
-        return (e & FP_E_PRIVATE) && !(e & FP_E_CACHED) && o->lazy == FP_LAZY_FORK ? o : NULL;
+        return is_waiting(e, o) ? o : NULL;
     }
     return NULL;
 }
@@ -206,7 +213,7 @@ static struct fp_obj *next_waiting(int *ai, size_t *k, struct fp_arena **in)
         for (; *k < nchunks; ++*k) {
             uint64_t e = atomic_load(&a->table[*k]);
             struct fp_obj *o = &a->objs[*k];
-            if ((e & FP_E_PRIVATE) && !(e & FP_E_CACHED) && o->lazy == FP_LAZY_FORK) {
+            if (is_waiting(e, o)) {
                 *in = a;
                 return o;
             }

@@ -457,8 +457,7 @@ static int readahead_step(struct fmem_region *r)
     pthread_mutex_lock(&r->lock);
     /* skipping units mapped, or claimed by the prefetcher (an earlier
      * window of its own) */
-    while (first < r->ra_end && (r->units[first].state != UNIT_ABSENT ||
-                                 r->ring[r->units[first].slot] == first))
+    while (first < r->ra_end && unit_claimed(r, first))
         first++;
     /* a writing stream maps its units writable and dirty, without a
      * write-protect fault each; read-ahead allocates no pool space for
@@ -467,7 +466,7 @@ static int readahead_step(struct fmem_region *r)
     int dirty = r->ra_write;
     for (; n < r->buf_units && first + n < r->ra_end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (vn->state != UNIT_ABSENT || r->ring[vn->slot] == first + n)
+        if (unit_claimed(r, first + n))
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);
@@ -658,8 +657,7 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
          * run instead of one per unit */
         while (fresh && n < most && u + n < r->nunits && r->nfree > 1) {
             const struct region_unit *vn = &r->units[u + n];
-            if (vn->state != UNIT_ABSENT || (vn->flags & (UF_REMOTE | UF_WRITTEN)) ||
-                r->ring[vn->slot] == u + n)
+            if (unit_claimed(r, u + n) || (vn->flags & (UF_REMOTE | UF_WRITTEN)))
                 break;
             cache_take_slot(r, u + n);
             rem[n++] = 0;

@@ -308,6 +308,13 @@ void cache_free_slot(struct fmem_region *r, uint32_t slot);
  * chunk for it). */
 int victim_space(struct fmem_region *r, uint32_t u);
 #define UNIT_HEAT_MAX 3
+/* Unit u is cached, or ABSENT but owning its ring slot: being installed
+ * (lock held). */
+static inline int unit_claimed(const struct fmem_region *r, uint32_t u)
+{
+    const struct region_unit *un = &r->units[u];
+    return un->state != UNIT_ABSENT || r->ring[un->slot] == u;
+}
 /* A demand fault brings unit un back after an eviction (lock held): if
  * fewer units were evicted since than the cache holds, a cache twice as
  * large would have kept it, so it was in use (the refault distance): the

@@ -705,7 +705,7 @@ static int other_half_cached(struct fmem_region *r, uint32_t u, unsigned k)
     int cached = 0;
     pthread_mutex_lock(&r->lock);
     for (uint32_t v = first; v < first + n && v < r->nunits && !cached; v++)
-        cached = r->units[v].state != UNIT_ABSENT || r->ring[r->units[v].slot] == v;
+        cached = unit_claimed(r, v);
     pthread_mutex_unlock(&r->lock);
     return cached;
 }

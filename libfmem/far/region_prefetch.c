@@ -82,12 +82,11 @@ static void step(struct fmem_region *r)
     pthread_mutex_lock(&r->install_mu);
     pthread_mutex_lock(&r->lock);
     uint32_t first = r->pf_next, end = r->pf_end, n = 0;
-    while (first < end && (r->units[first].state != UNIT_ABSENT ||
-                           r->ring[r->units[first].slot] == first))
+    while (first < end && unit_claimed(r, first))
         first++;
     for (; n < r->buf_units && first + n < end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (vn->state != UNIT_ABSENT || r->ring[vn->slot] == first + n)
+        if (unit_claimed(r, first + n))
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);
