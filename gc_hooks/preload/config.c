@@ -122,6 +122,9 @@ static int read_env(void)
      * fork handler. */
     const char *c = getenv("FMEM_PRELOAD_CHILD_REMAP");
     fp_cfg.child_remap_eager = c && strcmp(c, "eager") == 0;
+    if (c && *c && !fp_cfg.child_remap_eager && strcmp(c, "lazy") != 0)
+        fp_say("FMEM_PRELOAD_CHILD_REMAP='%.64s' must be eager or lazy (the default); "
+               "using the default", c);
     const char *u = getenv("FMEM_PRELOAD_URI");
     if (!u) { /* fmem_open would read it only at the first large request */
         const char *d = getenv("FMEM_URI");

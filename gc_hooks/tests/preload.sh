@@ -164,6 +164,7 @@ badenv "threshold 0" "FMEM_PRELOAD_THRESHOLD='0'" FMEM_PRELOAD_THRESHOLD=0
 badenv "threshold overflow" "is not a size" FMEM_PRELOAD_THRESHOLD=99999999999999999999G
 badenv "empty uri" "FMEM_PRELOAD_URI is empty" FMEM_PRELOAD_URI=
 badenv "bad uri" "pool nosuch:/x: .*system allocator" FMEM_PRELOAD_URI=nosuch:/x
+badenv "child remap typo" "FMEM_PRELOAD_CHILD_REMAP='eagr' must be eager or lazy" FMEM_PRELOAD_CHILD_REMAP=eagr
 badenv "two-node pool" "pool mem:?size=2M.*one memory node" "FMEM_PRELOAD_URI=mem:?size=2M&nodes=2"
 out=$(LD_PRELOAD=$lib FMEM_PRELOAD_STATS=yes /bin/echo hi 2>"$tmp/bad.err")
 [ "$out" = hi ] && grep -q "FMEM_PRELOAD_STATS='yes' must be" "$tmp/bad.err" &&
