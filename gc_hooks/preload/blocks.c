@@ -1,13 +1,22 @@
 /* blocks.c - large blocks ("objects") in an fmem pool.
  *
- * An object is the request rounded to 4 KiB plus at most 3/64 (plan()),
- * made of at most six pool blocks of 4 KiB << k mapped side by side. Objects live in the arena's mirror, a
- * range reserved at twice the pool's size: the object whose first (and
- * largest) block starts at pool offset o is at mirror + 2 o. The other
- * blocks add up to less than the first, so the object fits in that slot,
- * and it can grow in place up to the slot's end (realloc). "Is this
- * pointer one of ours" is a range check, and the table - one word per
- * 4 KiB chunk, indexed by the offset of the first block - with a record
+ * An object is the request rounded to 4 KiB plus at most 3/64 (plan()).
+ * Objects live in the arena's mirror, a reserved range, at the place of
+ * their first (and largest) pool block, scaled:
+ *   named pool    at most six pool blocks of 4 KiB << k mapped side by
+ *       side; the mirror is twice the pool's size and the object whose
+ *       first block starts at pool offset o is at mirror + 2 o. The other
+ *       blocks add up to less than the first, so the object fits in that
+ *       slot, and it can grow in place up to the slot's end (realloc).
+ *   private pool  one pool block, the object's size rounded up to a power
+ *       of two, at mirror + o: objects lie as densely as the pool packs
+ *       them (2000 objects of 200 KB span 500 MB, not 1 GB: fewer page
+ *       tables for fork to copy and exec to free). Its pool space costs
+ *       only address space; the object grows in place up to its block's
+ *       end. The default private pool is twice FMEM_DEFAULT_SIZE, so the
+ *       rounding leaves it as much room for objects as before.
+ * "Is this pointer one of ours" is a range check, and the table - one word
+ * per 4 KiB chunk, indexed by the offset of the first block - with a record
  * per chunk (struct fp_obj) tells free() the rest.
  *
  * How the blocks become the object's bytes:
@@ -146,6 +155,7 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
     a->gen_fd = -1;
     a->pool_data = (char *)p - h.addr;
     a->shared = pool->shared;
+    a->scale = a->shared ? 1 : 0;
     a->data_fd = -1;
     size_t cap = st.capacity_bytes;
     if (a->shared) {
@@ -169,14 +179,14 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
     void *t = fp_map_anon(NULL, a->table_bytes, PROT_READ | PROT_WRITE);
     void *o = fp_map_anon(NULL, a->objs_bytes, PROT_READ | PROT_WRITE);
     /* the mirror aligned to its own size (up to 1 GiB), so an object is
-     * aligned to twice its first block */
-    size_t align = HUGE;
-    while (align < 2 * cap && align < MIRROR_ALIGN_MAX)
+     * aligned to its first block scaled (twice it in a named pool) */
+    size_t span = cap << a->scale, align = HUGE;
+    while (align < span && align < MIRROR_ALIGN_MAX)
         align <<= 1;
     /* a named pool's graveyard (snap.c) follows the mirror, 2 MiB-aligned
      * like it, so page tables move whole */
     size_t grave = a->shared ? (2 * cap + HUGE - 1) & ~(HUGE - 1) : 0;
-    size_t rlen = 2 * cap + align + grave;
+    size_t rlen = span + align + grave;
     char *m = fp_map_anon(NULL, rlen, a->shared ? PROT_NONE : PROT_READ | PROT_WRITE);
     if (t == MAP_FAILED || o == MAP_FAILED || m == MAP_FAILED) {
         if (t != MAP_FAILED)
@@ -213,10 +223,15 @@ static struct fp_arena *open_arena(void)
         give_up(fp_cfg.uri, "too many fork generations hold blocks");
         return NULL;
     }
+    /* the default private pool: twice mem:'s default size, as a private
+     * pool's objects are single blocks rounded up to a power of two (its
+     * room costs only address space and a table of a word per 4 KiB) */
+    const char *uri = fp_cfg.uri ? fp_cfg.uri : "mem:?size=2G";
+    _Static_assert(FMEM_DEFAULT_SIZE == (uint64_t)1 << 30, "the default private pool's size");
     fmem_pool *pool;
-    int rc = fmem_open(fp_cfg.uri, &pool);
+    int rc = fmem_open(uri, &pool);
     if (rc == FMEM_EBUSY && recover_dead_users(fp_cfg.uri) > 0)
-        rc = fmem_open(fp_cfg.uri, &pool);
+        rc = fmem_open(uri, &pool);
     if (rc) {
         give_up(fp_cfg.uri, fmem_strerror(rc));
         return NULL;
@@ -265,12 +280,9 @@ static struct fp_arena *current_arena(void)
 static struct fp_arena *arena_of(const void *p)
 {
     int n = atomic_load_explicit(&fp_narenas, memory_order_acquire);
-    for (int i = 0; i < n; i++) {
-        struct fp_arena *a = &fp_arenas[i];
-        if ((const char *)p >= a->mirror &&
-            (size_t)((const char *)p - a->mirror) / 2 < atomic_load_explicit(&a->cap, memory_order_relaxed))
-            return a;
-    }
+    for (int i = 0; i < n; i++)
+        if (fp_arena_holds(&fp_arenas[i], p))
+            return &fp_arenas[i];
     return NULL;
 }
 
@@ -377,8 +389,10 @@ static int alloc_pieces(struct fp_arena *a, const size_t *sizes, unsigned k, str
 static int no_room(int rc) { return rc == FMEM_ENOMEM || rc == FMEM_ESIZE; }
 
 /* A new object of `pages` pages from blocks of the given sizes (largest
- * first); NULL when the pool cannot give them. */
-static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned k, size_t align)
+ * first; a private pool's one block may be longer); NULL when the pool
+ * cannot give them. */
+static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned k, uint32_t pages,
+                               size_t align)
 {
     struct fp_piece b[LOBJ_PLAN_MAX];
     static _Atomic int recovered; /* once per process: it scans the pool */
@@ -403,13 +417,10 @@ static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned
     o->n = (uint16_t)k;
     o->grave = 0;
     o->lazy = FP_LAZY_NONE;
-    o->pages = 0;
+    o->pages = pages;
     o->since = 0;
     o->next = 0;
-    for (unsigned i = 0; i < k; i++) {
-        o->b[i] = b[i];
-        o->pages += 1u << b[i].log2;
-    }
+    memcpy(o->b, b, k * sizeof *b);
     if (((uintptr_t)fp_obj_ptr(a, o) & (align - 1)) || map_pieces(a, o, 0, k, 0)) {
         free_pieces(a, b, k);
         return NULL;
@@ -464,7 +475,7 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
         return NULL;
     if (align <= PAGE)
         align = PAGE;
-    else if (align > 2 * sizes[0]) { /* an object is aligned to twice its first block */
+    else if (a->shared && align > 2 * sizes[0]) { /* an object is aligned to twice its first block */
         k = 1;
         sizes[0] = PAGE << log2_pages(round_granule(a, size > align / 2 ? size : align / 2));
         limit = sizes[0] >> CHUNK_SHIFT;
@@ -472,13 +483,19 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
     uint32_t pages = 0;
     for (unsigned i = 0; i < k; i++)
         pages += (uint32_t)(sizes[i] >> CHUNK_SHIFT);
+    if (!a->shared) {
+        /* one block, aligned to its length: at least the request's */
+        size_t len = (size_t)pages << CHUNK_SHIFT;
+        k = 1;
+        sizes[0] = PAGE << log2_pages(len > align ? len : align);
+    }
     struct fp_obj *o = fp_cache_take(a, pages, (uint32_t)limit, align);
     if (o) {
         *reused = 1;
         if (o->lazy == FP_LAZY_SEEN) /* not protected: young again */
             o->lazy = FP_LAZY_NONE;
         atomic_fetch_add_explicit(&fp_stats.reused, 1, memory_order_relaxed);
-    } else if ((o = make_obj(a, sizes, k, align)) == NULL) {
+    } else if ((o = make_obj(a, sizes, k, pages, align)) == NULL) {
         return NULL;
     }
     atomic_store_explicit(fp_obj_entry(a, o), FP_E_LIVE, memory_order_release);
@@ -554,9 +571,9 @@ static void retire(struct fp_arena *a)
 static struct fp_obj *obj_of(struct fp_arena *a, const void *p, const char *what)
 {
     size_t off = (size_t)((const char *)p - a->mirror);
-    if (off & (2 * PAGE - 1))
+    if (off & ((PAGE << a->scale) - 1))
         bad_pointer(what, p);
-    return &a->objs[off >> (CHUNK_SHIFT + 1)];
+    return &a->objs[fp_arena_chunk(a, p)];
 }
 
 size_t fp_block_size(const void *p)
@@ -612,6 +629,13 @@ void fp_block_free(void *p)
 /* Grow o to `pages` pages within its slot: 0 or -1. */
 static int grow(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
 {
+    if (!a->shared) {
+        /* within its one block, whose pages past the object are zero */
+        if (pages > 1u << o->b[0].log2)
+            return -1;
+        o->pages = pages;
+        return 0;
+    }
     size_t sizes[LOBJ_PLAN_MAX];
     uint64_t limit;
     unsigned k = plan(round_granule(a, (size_t)(pages - o->pages) << CHUNK_SHIFT), sizes, &limit);
@@ -640,9 +664,17 @@ static int grow(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
     return 0;
 }
 
-/* Shrink o to at least `pages` pages: whole trailing pieces go back. */
+/* Shrink o to at least `pages` pages: whole trailing pieces go back (in a
+ * private pool the pages past the new end, so that they read as zeros). */
 static void shrink(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
 {
+    if (!a->shared) {
+        if (pages < o->pages)
+            drop_range(a, o, (size_t)pages << CHUNK_SHIFT,
+                       (size_t)(o->pages - pages) << CHUNK_SHIFT);
+        o->pages = pages;
+        return;
+    }
     while (o->n > 1 && o->pages - (1u << o->b[o->n - 1].log2) >= pages) {
         struct fp_piece *b = &o->b[o->n - 1];
         size_t len = piece_len(b);

@@ -116,12 +116,12 @@ static struct fp_obj *waiting(char *p, struct fp_arena **in)
 {
     struct fp_arena *a = NULL;
     for (int i = 0; i < narenas && !a; i++)
-        if (p >= arenas[i]->mirror && (size_t)(p - arenas[i]->mirror) / 2 < arenas[i]->cap)
+        if (fp_arena_holds(arenas[i], p))
             a = arenas[i];
     if (!a)
         return NULL;
     *in = a;
-    size_t j = (size_t)(p - a->mirror) >> (FP_CHUNK_SHIFT + 1);
+    size_t j = fp_arena_chunk(a, p);
     for (size_t k = j + 1, n = 0; k-- > 0 && n < FP_SMALL_SCAN_MAX; n++) {
         uint64_t e = atomic_load_explicit(&a->table[k], memory_order_acquire);
         if (!e)

@@ -102,10 +102,15 @@ int fp_block_resize(void *p, size_t size);
 void fp_fork_register(void);
 
 /* A large object ("block" to the program) is one to FP_OBJ_BLOCKS pool
- * blocks mapped side by side in the arena's mirror, a reserved range twice
- * the pool's size: the object whose first (and largest) block starts at
- * pool offset o lives at mirror + 2 o, so its blocks may add up to twice
- * the first one's length and every object has a slot of its own. */
+ * blocks mapped side by side in the arena's mirror. In a named pool the
+ * mirror is a reserved range twice the pool's size: the object whose first
+ * (and largest) block starts at pool offset o lives at mirror + 2 o, so
+ * its blocks may add up to twice the first one's length and every object
+ * has a slot of its own. In a private pool an object is one pool block
+ * (its size rounded up to a power of two) and lives at mirror + o: the
+ * objects lie as densely as the pool packs them, so a fork copies (and an
+ * exec tears down) no more page tables than for the system allocator's
+ * memory. fp_arena.scale is that factor's log2 (1 named, 0 private). */
 #define FP_OBJ_BLOCKS 16
 struct fp_piece {
     uint64_t addr; /* the pool block: handle address (data offset) */
@@ -156,9 +161,11 @@ struct fp_obj {
  * none of whose blocks is left is retired and its slot reused). */
 #define FP_MAX_ARENAS 1024
 struct fp_arena {
-    char *mirror;              /* where the objects are: 2 * cap bytes */
+    char *mirror;              /* where the objects are: cap << scale bytes */
     _Atomic size_t cap;        /* pool data bytes; 0 once closed at exit */
     int shared;                /* other processes map the pool (shm:, ...) */
+    unsigned scale;            /* log2 of mirror bytes per pool byte: 1 when
+                                * shared, 0 (one block per object) if not */
     int data_fd;               /* shared: the pool's data file */
     int64_t file_delta;        /* shared: file offset of a block = addr + delta */
     size_t granule;            /* pieces are multiples of this: 4 KiB, or
@@ -202,7 +209,18 @@ void fp_blocks_orphan_current(void);
 
 static inline char *fp_obj_ptr(const struct fp_arena *a, const struct fp_obj *o)
 {
-    return a->mirror + 2 * ((size_t)(o - a->objs) << FP_CHUNK_SHIFT);
+    return a->mirror + ((size_t)(o - a->objs) << (FP_CHUNK_SHIFT + a->scale));
+}
+/* Nonzero when p lies in a's mirror (an object's range or garbage). */
+static inline int fp_arena_holds(const struct fp_arena *a, const char *p)
+{
+    return p >= a->mirror && ((size_t)(p - a->mirror) >> a->scale) <
+                                 atomic_load_explicit(&a->cap, memory_order_relaxed);
+}
+/* The record (table index) whose slot starts at or before p in a's mirror. */
+static inline size_t fp_arena_chunk(const struct fp_arena *a, const char *p)
+{
+    return (size_t)(p - a->mirror) >> (FP_CHUNK_SHIFT + a->scale);
 }
 static inline _Atomic uint64_t *fp_obj_entry(const struct fp_arena *a, const struct fp_obj *o)
 {

@@ -354,12 +354,9 @@ void fp_snap_fault(char *p, char **start, size_t *len)
 {
     *len = 0;
     struct fp_arena *a = atomic_load(&fp_current);
-    if (!a || !a->shared || p < a->mirror)
+    if (!a || !a->shared || !fp_arena_holds(a, p))
         return;
-    size_t off = (size_t)(p - a->mirror);
-    if (off / 2 >= atomic_load(&a->cap))
-        return;
-    size_t j = off >> (FP_CHUNK_SHIFT + 1);
+    size_t j = fp_arena_chunk(a, p);
     for (size_t k = j + 1, n = 0; k-- > 0 && n < FP_SMALL_SCAN_MAX; n++) {
         if (!atomic_load_explicit(&a->table[k], memory_order_acquire))
             continue;
