@@ -9,6 +9,10 @@
 #    recovers the ids of dead processes: 300 runs on a pool of 255 ids;
 #    20 that exit holding blocks leave nothing once the next one has run
 #  - `fmem verify` and `fmem recover` work on a pool whose user table is full
+#  - the default private pool lays objects out densely: 400 blocks of
+#    200 KB span at most 1.3 times their bytes (fork copies, and exec frees,
+#    page tables for that span)
+#  - a preloaded program maps no library of the ssd: and zmem: backends
 set -u
 top_builddir=${top_builddir:-.}
 lib=$(cd "$top_builddir" && pwd)/.libs/libfmem-preload.so
@@ -198,6 +202,37 @@ else
     bad "dead claims: $(cat "$tmp/after.stats") recover: $(cat "$tmp/r3.out")"
 fi
 echo "(verify after the 300 runs: ${dead:-0} dead user slots awaiting recovery)"
+
+# dense layout of the default private pool: the span of 400 blocks of 200 KB
+# (each touched; all in the pool) is at most 1.3 times their bytes (two
+# pool blocks' worth of address space each would be 2.5 times)
+LD_PRELOAD=$lib FMEM_PRELOAD_STATS="$tmp/dense.stats" $PY -c '
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+n, size = 400, 200 << 10
+p = [libc.malloc(size) for _ in range(n)]
+for q in p:
+    ctypes.memset(q, 1, size)
+print(max(p) + size - min(p), n * size)' >"$tmp/dense.out" 2>&1
+read -r span bytes <"$tmp/dense.out"
+if [ "$(field fallbacks "$tmp/dense.stats")" = 0 ] && [ "$(field large_allocs "$tmp/dense.stats")" -ge 400 ] &&
+    [ "${span:-0}" -gt 0 ] && [ "$((span * 10))" -le "$((bytes * 13))" ]; then
+    ok "private pool: 400 blocks of 200 KB span $span bytes for $bytes"
+else
+    bad "private pool layout: span ${span:-?} for ${bytes:-?} bytes (at most 1.3x)"; cat "$tmp/dense.out" "$tmp/dense.stats"
+fi
+
+# what a preloaded program loads: no io_uring, lz4 or zstd library (the
+# ssd: and zmem: backends, whose memory the interposer cannot map anyway,
+# are not in libfmem-preload.so)
+LD_PRELOAD=$lib cat /proc/self/maps >"$tmp/maps.pre" 2>&1
+if grep -q libfmem-preload "$tmp/maps.pre" && ! grep -Eq 'liburing|liblz4|libzstd' "$tmp/maps.pre"; then
+    ok "a preloaded program maps no liburing, liblz4 or libzstd"
+else
+    bad "a preloaded program maps: $(grep -Eo '[^/]*(liburing|liblz4|libzstd|libfmem-preload)[^ ]*' "$tmp/maps.pre" | sort -u | tr '\n' ' ')"
+fi
 
 echo "preload-cost: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
