@@ -57,7 +57,7 @@ struct fp_arena fp_arenas[FP_MAX_ARENAS];
 _Atomic int fp_narenas;
 struct fp_arena *_Atomic fp_current;
 
-_Static_assert(CHUNK_SHIFT == FP_CHUNK_SHIFT, "the table has one word per chunk");
+_Static_assert(CHUNK_SHIFT == FP_CHUNK_SHIFT, "a named pool's table has one word per chunk");
 #define PAGE ((size_t)1 << FP_CHUNK_SHIFT)
 #define MIRROR_ALIGN_MAX ((size_t)1 << 30)
 #define HUGE ((size_t)2 << 20)
@@ -156,6 +156,7 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
     a->pool_data = (char *)p - h.addr;
     a->shared = pool->shared;
     a->scale = a->shared ? 1 : 0;
+    a->rec_shift = CHUNK_SHIFT;
     a->data_fd = -1;
     size_t cap = st.capacity_bytes;
     if (a->shared) {
@@ -173,9 +174,16 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
     }
     if (a->granule < PAGE)
         a->granule = PAGE;
-    size_t fresh_words = ((cap >> CHUNK_SHIFT) + 4095) / 4096;
-    a->table_bytes = ((cap >> CHUNK_SHIFT) + fresh_words) * sizeof(uint64_t);
-    a->objs_bytes = (cap >> CHUNK_SHIFT) * sizeof(struct fp_obj);
+    /* a private pool's object is one block of at least the threshold
+     * (rounded up to a power of two), aligned to its length: one record
+     * per such length (in a named pool one per 4 KiB: a later piece may be
+     * the first of another object) */
+    while (!a->shared && (PAGE << (a->rec_shift - CHUNK_SHIFT)) < fp_cfg.threshold &&
+           ((size_t)2 << a->rec_shift) <= cap)
+        a->rec_shift++;
+    size_t nrec = cap >> a->rec_shift, fresh_words = (nrec + 4095) / 4096;
+    a->table_bytes = (nrec + fresh_words) * sizeof(uint64_t);
+    a->objs_bytes = nrec * sizeof(struct fp_obj);
     void *t = fp_map_anon(NULL, a->table_bytes, PROT_READ | PROT_WRITE);
     void *o = fp_map_anon(NULL, a->objs_bytes, PROT_READ | PROT_WRITE);
     /* the mirror aligned to its own size (up to 1 GiB), so an object is
@@ -198,7 +206,7 @@ static const char *arena_setup(struct fp_arena *a, fmem_pool *pool)
         return "cannot reserve address space for its blocks";
     }
     a->table = t;
-    a->fresh = a->table + (cap >> CHUNK_SHIFT);
+    a->fresh = a->table + nrec;
     a->fresh_words = fresh_words;
     a->objs = o;
     a->reserved = m;
@@ -413,7 +421,13 @@ static struct fp_obj *make_obj(struct fp_arena *a, const size_t *sizes, unsigned
             atomic_fetch_add_explicit(&fp_stats.no_room, 1, memory_order_relaxed);
         return NULL;
     }
-    struct fp_obj *o = &a->objs[b[0].addr >> CHUNK_SHIFT];
+    /* a pool places a block at a multiple of its length: the record is the
+     * object's own (checked before it is written) */
+    if (b[0].addr & (((uint64_t)1 << a->rec_shift) - 1)) {
+        free_pieces(a, b, k);
+        return NULL;
+    }
+    struct fp_obj *o = &a->objs[b[0].addr >> a->rec_shift];
     o->n = (uint16_t)k;
     o->grave = 0;
     o->lazy = FP_LAZY_NONE;
@@ -571,7 +585,7 @@ static void retire(struct fp_arena *a)
 static struct fp_obj *obj_of(struct fp_arena *a, const void *p, const char *what)
 {
     size_t off = (size_t)((const char *)p - a->mirror);
-    if (off & ((PAGE << a->scale) - 1))
+    if (off & (((size_t)1 << (a->rec_shift + a->scale)) - 1))
         bad_pointer(what, p);
     return &a->objs[fp_arena_chunk(a, p)];
 }

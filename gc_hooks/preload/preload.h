@@ -166,15 +166,21 @@ struct fp_arena {
     int shared;                /* other processes map the pool (shm:, ...) */
     unsigned scale;            /* log2 of mirror bytes per pool byte: 1 when
                                 * shared, 0 (one block per object) if not */
+    unsigned rec_shift;        /* log2 of pool bytes per record: FP_CHUNK_SHIFT
+                                * when shared; in a private pool that of the
+                                * smallest block an object can have (the
+                                * threshold's), so that the records of
+                                * neighbouring objects share pages */
     int data_fd;               /* shared: the pool's data file */
     int64_t file_delta;        /* shared: file offset of a block = addr + delta */
     size_t granule;            /* pieces are multiples of this: 4 KiB, or
                                 * the page size of a hugetlbfs pool file */
     _Atomic uint64_t live;     /* objects handed out (or cached) */
-    _Atomic uint64_t *table;   /* one word per 4 KiB chunk of the pool: the
-                                * entry (FP_E_*) of the object whose first
-                                * block starts there; 0: none */
-    struct fp_obj *objs;       /* its pieces, in a record per chunk */
+    _Atomic uint64_t *table;   /* one word per record (1 << rec_shift bytes
+                                * of the pool): the entry (FP_E_*) of the
+                                * object whose first block starts there;
+                                * 0: none */
+    struct fp_obj *objs;       /* its pieces, one record per table word */
     size_t table_bytes, objs_bytes;
     char *pool_data;           /* the pool's own mapping of its data */
     int orphan;                /* a parent's pool, seen by a fork child:
@@ -209,7 +215,7 @@ void fp_blocks_orphan_current(void);
 
 static inline char *fp_obj_ptr(const struct fp_arena *a, const struct fp_obj *o)
 {
-    return a->mirror + ((size_t)(o - a->objs) << (FP_CHUNK_SHIFT + a->scale));
+    return a->mirror + ((size_t)(o - a->objs) << (a->rec_shift + a->scale));
 }
 /* Nonzero when p lies in a's mirror (an object's range or garbage). */
 static inline int fp_arena_holds(const struct fp_arena *a, const char *p)
@@ -220,7 +226,7 @@ static inline int fp_arena_holds(const struct fp_arena *a, const char *p)
 /* The record (table index) whose slot starts at or before p in a's mirror. */
 static inline size_t fp_arena_chunk(const struct fp_arena *a, const char *p)
 {
-    return (size_t)(p - a->mirror) >> (FP_CHUNK_SHIFT + a->scale);
+    return (size_t)(p - a->mirror) >> (a->rec_shift + a->scale);
 }
 static inline _Atomic uint64_t *fp_obj_entry(const struct fp_arena *a, const struct fp_obj *o)
 {
