@@ -16,8 +16,9 @@
  *       end. The default private pool is twice FMEM_DEFAULT_SIZE, so the
  *       rounding leaves it as much room for objects as before.
  * "Is this pointer one of ours" is a range check, and the table - one word
- * per 4 KiB chunk, indexed by the offset of the first block - with a record
- * per chunk (struct fp_obj) tells free() the rest.
+ * per 4 KiB chunk (private pool: per smallest block there), indexed by the
+ * offset of the first block - with a record per word (struct fp_obj) tells
+ * free() the rest.
  *
  * How the blocks become the object's bytes:
  *   private pool (mem:, the default)  the mirror is private anonymous
@@ -238,7 +239,7 @@ static struct fp_arena *open_arena(void)
     }
     /* the default private pool: twice mem:'s default size, as a private
      * pool's objects are single blocks rounded up to a power of two (its
-     * room costs only address space and a table of a word per 4 KiB) */
+     * room costs only address space) */
     const char *uri = fp_cfg.uri ? fp_cfg.uri : "mem:?size=2G";
     _Static_assert(FMEM_DEFAULT_SIZE == (uint64_t)1 << 30, "the default private pool's size");
     fmem_pool *pool;

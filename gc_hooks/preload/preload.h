@@ -6,7 +6,8 @@
  *                the bootstrap buffer used while they are being looked up
  *   config.c     environment variables, checked once
  *   blocks.c     large blocks: the pool, the range its blocks live in (a
- *                block is a few pool blocks side by side), their table
+ *                block is a few pool blocks side by side, or one in a
+ *                private pool), their table
  *   cache.c      freed blocks kept for reuse, by size
  *   fork.c       fork() handlers
  *   lazy.c       named pool: blocks write-protected at fork or before it
