@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "region_fixture.h"
 
@@ -100,6 +101,35 @@ Test(region_fresh, fresh_write_maps_long_runs)
     for (size_t off = 0; off < ((size_t)4 << 20); off += 4096)
         cr_assert_eq(m[off], 0x5a);
     cr_assert_eq(m[(size_t)4 << 20], 0);
+    cr_assert_eq(fmem_region_destroy(r), 0);
+}
+
+/* Memory never written is not read ahead: a program that writes a new
+ * array of whole fresh runs and frees it, over and over, gets zeros mapped
+ * for what it writes and nothing past its end (read-ahead over fresh
+ * memory mapped zeros beyond the end, which a heap released again unused:
+ * 3456 units here instead of 3072). */
+Test(region_fresh, fresh_memory_is_not_read_ahead)
+{
+    size_t size = (size_t)64 << 20, len = (size_t)3 << 20, rounds = 16;
+    fmem_region *r = make(size, size, UNIT);
+    unsigned char *m = fmem_region_base(r);
+    fmem_region_stats_t a, b;
+    cr_assert_eq(fmem_region_stats(r, &a), 0);
+    for (size_t k = 0; k < rounds; k++) {
+        size_t at = (k % 4) * ((size_t)16 << 20);
+        for (size_t off = 0; off < len; off += 4096)
+            m[at + off] = (unsigned char)(k + 1);
+        for (size_t off = 0; off < len; off += 4096 * 5)
+            cr_assert_eq(m[at + off], (unsigned char)(k + 1));
+        usleep(20000); /* an open read-ahead window would run on meanwhile */
+        cr_assert_eq(fmem_region_release(r, at, (size_t)16 << 20), 0);
+    }
+    cr_assert_eq(fmem_region_stats(r, &b), 0);
+    uint64_t zeros = b.zero_fills - a.zero_fills, most = rounds * (len / UNIT) + BLOCK / UNIT;
+    cr_assert_leq(zeros, most, "%llu units zero-filled, at most %llu wanted",
+                  (unsigned long long)zeros, (unsigned long long)most);
+    cr_assert_geq(zeros, rounds * (len / UNIT));
     cr_assert_eq(fmem_region_destroy(r), 0);
 }
 

@@ -466,13 +466,17 @@ static int readahead_step(struct fmem_region *r)
     int dirty = r->ra_write;
     for (; n < r->buf_units && first + n < r->ra_end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (unit_claimed(r, first + n))
+        if (unit_claimed(r, first + n) || unit_fresh(vn))
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);
     }
     int waiting = n == 0 && first < r->ra_end;
-    if (waiting && r->reserve == 0) {
+    if (waiting && unit_fresh(&r->units[first])) {
+        /* the window reached memory never written: see unit_fresh */
+        first = r->ra_end;
+        waiting = 0;
+    } else if (waiting && r->reserve == 0) {
         /* a cache as large as the region never evicts: read-ahead must
          * not make it (the writer would drop a whole window) */
         first = r->ra_end;
@@ -642,7 +646,7 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
         /* a write-protect fault here is stale or hit a stray page: map the
          * unit first, the retried write then faults again */
         int write = !wp && (m->flags & UFFD_PAGEFAULT_FLAG_WRITE);
-        int fresh = !(un->flags & (UF_REMOTE | UF_WRITTEN)); /* never written */
+        int fresh = unit_fresh(un);
         if (write) /* the chunk exists before the writer is woken */
             (void)remote_ref(r, u);
         if (remote)
@@ -657,7 +661,7 @@ static int serve_fault(struct fmem_region *r, const struct fault_msg *m)
          * run instead of one per unit */
         while (fresh && n < most && u + n < r->nunits && r->nfree > 1) {
             const struct region_unit *vn = &r->units[u + n];
-            if (unit_claimed(r, u + n) || (vn->flags & (UF_REMOTE | UF_WRITTEN)))
+            if (unit_claimed(r, u + n) || !unit_fresh(vn))
                 break;
             cache_take_slot(r, u + n);
             rem[n++] = 0;

@@ -315,6 +315,16 @@ static inline int unit_claimed(const struct fmem_region *r, uint32_t u)
     const struct region_unit *un = &r->units[u];
     return un->state != UNIT_ABSENT || r->ring[un->slot] == u;
 }
+/* Unit un was never written (no pool data, no chunk): it reads as zeros.
+ * Read-ahead stops at such a unit. It has nothing to fetch early, and
+ * zeros mapped ahead of a program that frees and allocates memory as it
+ * goes (pandas' temporaries) were mostly released again unused: a 1 M-row
+ * merge zero-filled 4 GiB that way. A first touch maps a run of them
+ * itself (region_fault.c, fresh_run_max). */
+static inline int unit_fresh(const struct region_unit *un)
+{
+    return !(un->flags & (UF_REMOTE | UF_WRITTEN));
+}
 /* A demand fault brings unit un back after an eviction (lock held): if
  * fewer units were evicted since than the cache holds, a cache twice as
  * large would have kept it, so it was in use (the refault distance): the

@@ -86,12 +86,13 @@ static void step(struct fmem_region *r)
         first++;
     for (; n < r->buf_units && first + n < end && r->nfree > 1; n++) {
         struct region_unit *vn = &r->units[first + n];
-        if (unit_claimed(r, first + n))
+        if (unit_claimed(r, first + n) || unit_fresh(vn))
             break;
         remote[n] = !!(vn->flags & UF_REMOTE);
         cache_take_slot(r, first + n);
     }
-    r->pf_next = first + n;
+    /* memory never written ends the window (unit_fresh) */
+    r->pf_next = n == 0 && first < end && unit_fresh(&r->units[first]) ? end : first + n;
     int dirty = r->pf_write;
     pthread_mutex_unlock(&r->lock);
     if (n)
