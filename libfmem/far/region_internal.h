@@ -240,6 +240,9 @@ struct fmem_region {
     uint32_t seq_next;          /* unit a sequential scan faults on next */
     unsigned seq_run;
     uint32_t ra_next, ra_end;   /* read-ahead stream still to map, or NO_UNIT */
+    uint32_t ra_reached;        /* the stream's last fault: units never
+                                 * written are read ahead up to
+                                 * FRESH_AHEAD_BYTES past it (region_fault.c) */
     int ra_write;               /* the stream writes: map it dirty */
     uint32_t ra_gen;            /* windows opened so far */
 
@@ -315,12 +318,7 @@ static inline int unit_claimed(const struct fmem_region *r, uint32_t u)
     const struct region_unit *un = &r->units[u];
     return un->state != UNIT_ABSENT || r->ring[un->slot] == u;
 }
-/* Unit un was never written (no pool data, no chunk): it reads as zeros.
- * Read-ahead stops at such a unit. It has nothing to fetch early, and
- * zeros mapped ahead of a program that frees and allocates memory as it
- * goes (pandas' temporaries) were mostly released again unused: a 1 M-row
- * merge zero-filled 4 GiB that way. A first touch maps a run of them
- * itself (region_fault.c, fresh_run_max). */
+/* Unit un was never written (no pool data, no chunk): it reads as zeros. */
 static inline int unit_fresh(const struct region_unit *un)
 {
     return !(un->flags & (UF_REMOTE | UF_WRITTEN));
