@@ -121,17 +121,9 @@ static struct fp_obj *waiting(char *p, struct fp_arena **in)
     if (!a)
         return NULL;
     *in = a;
-    size_t j = fp_arena_chunk(a, p);
-    for (size_t k = j + 1, n = 0; k-- > 0 && n < FP_SMALL_SCAN_MAX; n++) {
-        uint64_t e = atomic_load_explicit(&a->table[k], memory_order_acquire);
-        if (!e)
-            continue;
-        struct fp_obj *o = &a->objs[k];
-        if (p >= fp_obj_ptr(a, o) + fp_obj_len(o))
-            return NULL;
-        return is_waiting(e, o) ? o : NULL;
-    }
-    return NULL;
+    uint64_t e;
+    struct fp_obj *o = fp_arena_obj_at(a, p, &e);
+    return o && is_waiting(e, o) ? o : NULL;
 }
 
 static void futex(_Atomic uint32_t *w, int op, uint32_t v)

@@ -234,6 +234,23 @@ static inline _Atomic uint64_t *fp_obj_entry(const struct fp_arena *a, const str
     return &a->table[o - a->objs];
 }
 static inline size_t fp_obj_len(const struct fp_obj *o) { return (size_t)o->pages << FP_CHUNK_SHIFT; }
+/* The object whose range holds p (an address in a's mirror), its table
+ * entry in *e; NULL when p lies between objects. */
+static inline struct fp_obj *fp_arena_obj_at(const struct fp_arena *a, const char *p, uint64_t *e)
+{
+    size_t j = fp_arena_chunk(a, p);
+    for (size_t k = j + 1, n = 0; k-- > 0 && n < FP_SMALL_SCAN_MAX; n++) {
+        uint64_t v = atomic_load_explicit(&a->table[k], memory_order_acquire);
+        if (!v)
+            continue;
+        struct fp_obj *o = &a->objs[k];
+        if (p >= fp_obj_ptr(a, o) + fp_obj_len(o))
+            return NULL;
+        *e = v;
+        return o;
+    }
+    return NULL;
+}
 /* Give an object (entry already cleared) back to the pool. */
 void fp_obj_release(struct fp_arena *a, struct fp_obj *o);
 void fp_unmap_range(char *p, size_t len);

@@ -356,39 +356,34 @@ void fp_snap_fault(char *p, char **start, size_t *len)
     struct fp_arena *a = atomic_load(&fp_current);
     if (!a || !a->shared || !fp_arena_holds(a, p))
         return;
-    size_t j = fp_arena_chunk(a, p);
-    for (size_t k = j + 1, n = 0; k-- > 0 && n < FP_SMALL_SCAN_MAX; n++) {
-        if (!atomic_load_explicit(&a->table[k], memory_order_acquire))
-            continue;
-        struct fp_obj *o = &a->objs[k];
-        char *q = fp_obj_ptr(a, o);
-        if (p >= q + fp_obj_len(o))
-            return;
-        if (o->lazy != FP_LAZY_FORK) {
-            /* protected early (or grown since): no fork child reads its
-             * pool pages, the write may go on; the next fork protects the
-             * object again (even if only the page is unprotected here) */
-            if (o->lazy == FP_LAZY_EARLY)
-                atomic_fetch_add_explicit(&fp_stats.written_early, fp_obj_len(o),
-                                          memory_order_relaxed);
-            o->lazy = FP_LAZY_HOT;
-            if (fp_lazy_unprotect(q, fp_obj_len(o)) != 0)
-                return; /* the caller unprotects the page */
-            fp_early_written(k);
-            *start = q;
-            *len = fp_obj_len(o);
-            return;
-        }
-        if (fp_snap_unshare(a, o, FP_UNSHARE_MAP)) {
-            /* the write would reach the pool pages the children read */
-            fp_say("fork: cannot remap a %zu-byte block before writing it", fp_obj_len(o));
-            abort();
-        }
-        atomic_fetch_add_explicit(&fp_stats.remapped_on_write, fp_obj_len(o), memory_order_relaxed);
+    uint64_t e;
+    struct fp_obj *o = fp_arena_obj_at(a, p, &e);
+    if (!o)
+        return;
+    char *q = fp_obj_ptr(a, o);
+    if (o->lazy != FP_LAZY_FORK) {
+        /* protected early (or grown since): no fork child reads its
+         * pool pages, the write may go on; the next fork protects the
+         * object again (even if only the page is unprotected here) */
+        if (o->lazy == FP_LAZY_EARLY)
+            atomic_fetch_add_explicit(&fp_stats.written_early, fp_obj_len(o),
+                                      memory_order_relaxed);
+        o->lazy = FP_LAZY_HOT;
+        if (fp_lazy_unprotect(q, fp_obj_len(o)) != 0)
+            return; /* the caller unprotects the page */
+        fp_early_written((size_t)(o - a->objs));
         *start = q;
         *len = fp_obj_len(o);
         return;
     }
+    if (fp_snap_unshare(a, o, FP_UNSHARE_MAP)) {
+        /* the write would reach the pool pages the children read */
+        fp_say("fork: cannot remap a %zu-byte block before writing it", fp_obj_len(o));
+        abort();
+    }
+    atomic_fetch_add_explicit(&fp_stats.remapped_on_write, fp_obj_len(o), memory_order_relaxed);
+    *start = q;
+    *len = fp_obj_len(o);
 }
 
 int fp_snap_defer(struct fp_arena *a, struct fp_obj *o)
