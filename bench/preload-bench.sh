@@ -1,7 +1,8 @@
 #!/bin/bash
 # preload-bench.sh - libfmem-preload.so against plain malloc, in one run:
 #   1. real programs (whichever are installed: sort, gzip, xz, zstd,
-#      sqlite3, perl, python3 with numpy), plain and preloaded alternating,
+#      sqlite3, perl, python3 with numpy, and with numpy on arrays of
+#      exactly 1 MiB), plain and preloaded alternating,
 #      three runs each: median CPU seconds (user + system) and their ratio
 #   2. allocate-touch-free of a 200 KB block (bench/preload-alloc): CPU ns
 #      per round and the ratio
@@ -107,6 +108,16 @@ for i in range(15):
 print(round(s, 3))
 PY
     bench "python3 numpy" "$PY" "$tmp/np.py"
+    # arrays of exactly 1 MiB: blocks that touch make numpy run scalar loops
+    cat >"$tmp/np1m.py" <<'PY'
+import numpy as np
+a = np.random.default_rng(1).random(131072)
+s = 0.0
+for _ in range(1000):
+    s += float(np.log10(np.sqrt(a))[::4096].sum())
+print(round(s, 3))
+PY
+    bench "python3 numpy 1 MiB" "$PY" "$tmp/np1m.py"
 fi
 
 echo

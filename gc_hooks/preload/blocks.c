@@ -504,10 +504,16 @@ static struct fp_obj *take(struct fp_arena *a, size_t size, size_t align, int *r
     for (unsigned i = 0; i < k; i++)
         pages += (uint32_t)(sizes[i] >> CHUNK_SHIFT);
     if (!a->shared) {
-        /* one block, aligned to its length: at least the request's */
+        /* one block, aligned to its length: at least the request's, and
+         * longer than the object, whose next neighbour then never starts
+         * where it ends (the space after it is address space only). numpy
+         * takes touching arrays for overlapping ones and runs scalar
+         * loops on them: np.sqrt and np.log10 of 1 MiB arrays ran 5.6
+         * times slower. In a named pool objects lie at twice their first
+         * block's offset, with room after each. */
         size_t len = (size_t)pages << CHUNK_SHIFT;
         k = 1;
-        sizes[0] = PAGE << log2_pages(len > align ? len : align);
+        sizes[0] = PAGE << log2_pages(len >= align ? len + 1 : align);
     }
     struct fp_obj *o = fp_cache_take(a, pages, (uint32_t)limit, align);
     if (o) {

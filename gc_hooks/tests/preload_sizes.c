@@ -4,7 +4,9 @@
  * boundary of the size plan, with their bytes intact; realloc keeps the
  * bytes and grows or shrinks a block in place where its slot allows;
  * calloc gives zeros also from reused blocks; a fork child sees a
- * snapshot of blocks made of several pieces. Prints one line per failed
+ * snapshot of blocks made of several pieces; no two blocks touch (numpy
+ * takes touching arrays for overlapping ones and runs scalar loops on
+ * them). Prints one line per failed
  * check and a summary; exit status 1 on any failure.
  *   preload_sizes [THRESHOLD]   (default 131072, the library's default) */
 #include <malloc.h>
@@ -229,6 +231,40 @@ static void test_aligned(void)
 
 /* the child sees blocks of several pieces as of the fork; writes on
  * either side stay apart */
+static int by_addr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Blocks whose sizes fill a power of two exactly, live at once: none ends
+ * where the next begins. */
+static void test_apart(void)
+{
+    static const size_t sizes[] = {128 << 10, 256 << 10, 1 << 20, 4 << 20, 200 << 10};
+    enum { EACH = 6, N = EACH * sizeof sizes / sizeof sizes[0] };
+    uintptr_t span[N][2];
+    void *p[N];
+    for (unsigned i = 0; i < N; i++) {
+        size_t n = sizes[i / EACH];
+        if (n < threshold)
+            n = threshold;
+        p[i] = malloc(n);
+        CHECK(p[i] != NULL, "malloc(%zu)", n);
+        if (p[i])
+            memset(p[i], 1, n);
+        span[i][0] = (uintptr_t)p[i];
+        span[i][1] = (uintptr_t)p[i] + n;
+    }
+    qsort(span, N, sizeof span[0], by_addr);
+    unsigned touching = 0;
+    for (unsigned i = 0; i + 1 < N; i++)
+        touching += span[i][1] >= span[i + 1][0];
+    CHECK(touching == 0, "%u of %u blocks end where the next begins", touching, N);
+    for (unsigned i = 0; i < N; i++)
+        free(p[i]);
+}
+
 static void test_fork(void)
 {
     size_t n = 700 * 1000;
@@ -260,6 +296,7 @@ int main(int argc, char **argv)
     test_calloc();
     test_realloc();
     test_aligned();
+    test_apart();
     test_fork();
     printf("preload_sizes: %d passed, %d failed (%u sizes)\n", passed, failed, nsizes);
     return failed != 0;
