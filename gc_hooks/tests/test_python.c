@@ -3,6 +3,12 @@
  * test: Criterion runs each test in its own process). */
 #define PY_SSIZE_T_CLEAN
 #include <fmem_hooks_python.h>
+#ifdef FMEM_HAVE_NUMPY
+#define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
+#include <numpy/ndarraytypes.h>
+#endif
+#include <errno.h>
+#include <stdint.h>
 
 #include "hooks_fixture.h"
 
@@ -141,6 +147,45 @@ Test(python, numpy_arrays_in_the_pool)
     fmem_hooks_stats_t st = fixture_stats(b);
     cr_assert_geq(st.frees, 2);
     cr_assert_eq(st.foreign_frees, 0);
+    cr_assert_eq(Py_FinalizeEx(), 0);
+}
+
+/* The handler's functions themselves: sizes that overflow with the byte
+ * of room each array gets fail cleanly; a block is owned and usable for
+ * one byte more than asked. */
+Test(python, numpy_handler_sizes)
+{
+    Py_Initialize();
+    if (PyRun_SimpleString("import numpy") != 0)
+        cr_skip_test("numpy cannot be imported by this interpreter");
+    PyObject *cap = NULL;
+    cr_assert_eq(fmem_hooks_numpy_handler(b, &cap), 0);
+    PyDataMem_Handler *h = PyCapsule_GetPointer(cap, "mem_handler");
+    cr_assert_not_null(h);
+    PyDataMemAllocator *m = &h->allocator;
+    fmem_hooks_stats_t st0 = fixture_stats(b);
+    errno = 0;
+    cr_assert_null(m->malloc(m->ctx, SIZE_MAX));
+    cr_assert_eq(errno, ENOMEM);
+    errno = 0;
+    cr_assert_null(m->calloc(m->ctx, SIZE_MAX / 4, 4));
+    cr_assert_eq(errno, ENOMEM);
+    errno = 0;
+    cr_assert_null(m->realloc(m->ctx, NULL, SIZE_MAX));
+    cr_assert_eq(errno, ENOMEM);
+    cr_assert_eq(fixture_stats(b).mallocs, st0.mallocs, "a failed size reached the heap");
+    unsigned char *p = m->calloc(m->ctx, 64, 2);
+    cr_assert_not_null(p);
+    cr_assert(fmem_hooks_owns(b, p));
+    cr_assert_geq(fmem_heap_usable_size(fmem_hooks_heap(b), p), 129);
+    for (int i = 0; i < 128; i++)
+        cr_assert_eq(p[i], 0);
+    p = m->realloc(m->ctx, p, 4096);
+    cr_assert_not_null(p);
+    cr_assert_geq(fmem_heap_usable_size(fmem_hooks_heap(b), p), 4097);
+    m->free(m->ctx, p, 4096);
+    cr_assert_eq(fixture_stats(b).frees, st0.frees + 1);
+    Py_DECREF(cap);
     cr_assert_eq(Py_FinalizeEx(), 0);
 }
 #endif
