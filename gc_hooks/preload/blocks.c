@@ -655,10 +655,12 @@ void fp_block_free(void *p)
 /* Grow o to `pages` pages within its slot: 0 or -1. */
 static int grow(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
 {
-    if (!a->shared) {
-        /* within its one block, whose pages past the object are zero */
-        if (pages > 1u << o->b[0].log2)
-            return -1;
+    /* short of its slot's end (its first block scaled), as take() leaves
+     * it: no object ends where the next begins */
+    uint32_t slot = 1u << (o->b[0].log2 + a->scale);
+    if (pages >= slot)
+        return -1;
+    if (!a->shared) { /* within its one block, whose pages past it are zero */
         o->pages = pages;
         return 0;
     }
@@ -668,7 +670,7 @@ static int grow(struct fp_arena *a, struct fp_obj *o, uint32_t pages)
     uint32_t more = 0;
     for (unsigned i = 0; i < k; i++)
         more += (uint32_t)(sizes[i] >> CHUNK_SHIFT);
-    if (k == 0 || o->n + k > FP_OBJ_BLOCKS || o->pages + more > 2u << o->b[0].log2)
+    if (k == 0 || o->n + k > FP_OBJ_BLOCKS || o->pages + more >= slot)
         return -1;
     struct fp_piece b[LOBJ_PLAN_MAX];
     if (alloc_pieces(a, sizes, k, b))

@@ -263,6 +263,26 @@ static void test_apart(void)
     CHECK(touching == 0, "%u of %u blocks end where the next begins", touching, N);
     for (unsigned i = 0; i < N; i++)
         free(p[i]);
+    /* nor once realloc has grown them to a power of two */
+    enum { G = 12 };
+    uintptr_t grown[G][2];
+    void *q[G];
+    for (unsigned i = 0; i < G; i++)
+        q[i] = malloc(768 << 10 >= threshold ? 768 << 10 : threshold);
+    for (unsigned i = 0; i < G; i++) {
+        void *r = q[i] ? realloc(q[i], 1 << 20) : NULL;
+        CHECK(r != NULL, "realloc to 1 MiB");
+        q[i] = r ? r : q[i];
+        grown[i][0] = (uintptr_t)q[i];
+        grown[i][1] = (uintptr_t)q[i] + (1 << 20);
+    }
+    qsort(grown, G, sizeof grown[0], by_addr);
+    touching = 0;
+    for (unsigned i = 0; i + 1 < G; i++)
+        touching += grown[i][1] >= grown[i + 1][0];
+    CHECK(touching == 0, "%u of %u grown blocks end where the next begins", touching, G);
+    for (unsigned i = 0; i < G; i++)
+        free(q[i]);
 }
 
 static void test_fork(void)
